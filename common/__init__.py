@@ -1,0 +1,1 @@
+"""Framework-free core of parbench: spec, data, weights, harness, records, report, CLI."""

@@ -1,0 +1,141 @@
+"""The ``parbench`` command: list, run, check, report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+
+from .backends import BACKENDS
+from .config import RunConfig, UsageError, read_config_file
+from .harness import prepare, run_once
+from .report import render
+from .results import check_folder, load_records, write_record
+
+EXIT_USAGE = 2
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options that map 1:1 onto RunConfig fields; None means 'not given here'."""
+    add = parser.add_argument
+    add("--config", help="TOML or JSON file with RunConfig keys; options given here win")
+    add("--devices", type=int, help="devices (processes or replicas); default 2 if parallel")
+    add("--launcher", help="torch-ddp: torchrun (default) or spawn")
+    add("--dataset", help="synthetic (default), digits, cifar10, mnist")
+    add("--data-dir", help="folder with the dataset's official files (cifar10, mnist)")
+    add("--model", help="resnet (default), resnet-nonorm, mlp")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--epochs", type=int, help="training epochs (default 2)")
+    budget.add_argument("--steps", type=int, help="training steps instead of epochs")
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument("--global-batch", type=int, help="samples per step, all devices (128)")
+    batch.add_argument("--per-device-batch", type=int, help="samples per step per device")
+    add("--lr", type=float, help="base learning rate (0.05)")
+    add("--lr-scaling", help="none (default) or linear: lr x global_batch / 128")
+    add("--momentum", type=float)
+    add("--weight-decay", type=float)
+    add("--schedule", help="cosine (default) or constant")
+    add("--warmup-steps", type=int)
+    add("--seed", type=int)
+    add("--repeats", type=int, help="independent runs of the configuration (1)")
+    add("--threads", type=int, help="compute threads per worker (cores / processes)")
+    add("--timeout", type=float, help="seconds before a run is killed and recorded (900)")
+    add("--target-accuracy", type=float, help="report the training time to reach it")
+    add("--out", help="folder for the records (results/runs)")
+    add("--verbose", action="store_true", default=None, help="let framework logs through")
+    add("--save-weights", metavar="FILE.npz",
+        help="also write the final weights (canonical layout) of the last repeat here")
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    values = read_config_file(args.config) if args.config else {}
+    given = {f.name: getattr(args, f.name) for f in fields(RunConfig)
+             if getattr(args, f.name, None) is not None}
+    return RunConfig(**{**values, **given})
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    records = []
+    with tempfile.TemporaryDirectory(prefix="parbench-inputs-") as shared:
+        prepared = prepare(cfg, Path(shared))
+        for repeat in range(cfg.repeats):
+            last = repeat == cfg.repeats - 1
+            save_to = Path(args.save_weights) if args.save_weights and last else None
+            record = run_once(prepared, repeat, save_to)
+            path = write_record(Path(cfg.out), record)
+            print(f"{record['status']}: {path}", file=sys.stderr)
+            records.append(record)
+    print(render(records))
+    return 0 if all(r["status"] == "ok" for r in records) else 1
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    for backend in BACKENDS.values():
+        reason = backend.missing_reason()
+        state = "available" if reason is None else f"unavailable: {reason}"
+        print(f"{backend.name:<20} {backend.strategy:<30} launchers "
+              f"{'/'.join(backend.launchers):<16} {state}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if not Path(args.dir).is_dir():
+        raise UsageError(f"no such folder: {args.dir}")
+    count, problems = check_folder(Path(args.dir))
+    for problem in problems:
+        print(problem)
+    if count == 0:
+        print(f"no records (*.json) under {args.dir}")
+        return 1
+    print(f"{count} record(s) checked, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if not Path(args.dir).is_dir():
+        raise UsageError(f"no such folder: {args.dir}")
+    count, problems = check_folder(Path(args.dir))
+    if problems or count == 0:
+        raise UsageError(f"{args.dir} has {count} record(s) and {len(problems)} invalid; "
+                         f"run 'parbench check {args.dir}'")
+    print(render(load_records(Path(args.dir)), args.format), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="backends and whether they can run here").set_defaults(
+        func=cmd_list)
+    run = sub.add_parser("run", help="train one backend and write records")
+    run.add_argument("backend", help="see 'parbench list'")
+    _add_run_options(run)
+    run.set_defaults(func=cmd_run)
+    check = sub.add_parser("check", help="validate every record in a folder")
+    check.add_argument("dir")
+    check.set_defaults(func=cmd_check)
+    report = sub.add_parser("report", help="comparison table of the records in a folder")
+    report.add_argument("dir")
+    report.add_argument("--format", choices=("md", "csv"), default="md")
+    report.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as err:
+        print(f"parbench: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("parbench: interrupted; records already written are kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

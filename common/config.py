@@ -1,0 +1,165 @@
+"""What a user asks for (RunConfig) and what it resolves to (Plan), with every check that must
+fail before anything is launched or written."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .backends import BACKENDS, Backend
+from .data import DATASET_NAMES, NEEDS_DATA_DIR
+from .devices import cpu_count, gpu_count
+from .optim import SCHEDULES, OptimizerSpec, scaled_lr
+from .spec import MODEL_NAMES
+
+
+class UsageError(Exception):
+    """Bad input: the CLI prints the message on one line and exits with code 2."""
+
+
+@dataclass
+class RunConfig:
+    backend: str = "torch-single"
+    devices: int | None = None  # default: 2 for a parallel backend, else 1
+    launcher: str | None = None  # default: the backend's first launcher
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    model: str = "resnet"
+    epochs: int | None = None  # default 2 when neither epochs nor steps is given
+    steps: int | None = None
+    global_batch: int | None = None  # default 128 when neither batch option is given
+    per_device_batch: int | None = None
+    lr: float = 0.05
+    lr_scaling: str = "none"  # none | linear (lr * global_batch / 128)
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    schedule: str = "cosine"
+    warmup_steps: int = 0
+    seed: int = 0
+    repeats: int = 1
+    threads: int | None = None  # default: cores // processes, at least 1
+    timeout: float = 900.0
+    target_accuracy: float | None = None
+    out: str = "results/runs"
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    backend: Backend
+    launcher: str
+    world_size: int
+    global_batch: int
+    per_device_batch: int
+    batch_mode: str  # global | per-device: which of the two the user fixed
+    total_steps: int
+    threads: int
+    optimizer: OptimizerSpec
+
+
+def read_config_file(path: str) -> dict:
+    """Keys of a TOML or JSON config file; unknown keys are an error."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"config file not found: {path}")
+    try:
+        text = file.read_text()
+        data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as err:
+        raise UsageError(f"config file {path} is not valid {file.suffix[1:] or 'TOML'}: {err}")
+    known = {f.name for f in fields(RunConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UsageError(f"config file {path}: unknown key(s) {', '.join(unknown)}")
+    return data
+
+
+def _available_devices(backend: Backend) -> tuple[int, str]:
+    gpus = gpu_count()
+    if gpus:
+        return gpus, "GPUs"
+    if backend.needs_gpu_for_parallel:
+        return 1, "CUDA devices (none found; on CPU it is a no-op that runs on one device)"
+    return cpu_count(), "CPU cores"
+
+
+def _world_size(cfg: RunConfig, backend: Backend) -> int:
+    devices = cfg.devices if cfg.devices is not None else (2 if backend.parallel else 1)
+    if devices < 1:
+        raise UsageError(f"--devices must be at least 1, got {devices}")
+    if devices > 1 and not backend.parallel:
+        raise UsageError(f"{backend.name} runs on one device; use --devices 1")
+    limit, what = _available_devices(backend)
+    if devices > limit:
+        hint = " (use torch-ddp for multi-process CPU runs)" if backend.needs_gpu_for_parallel \
+            else ""
+        raise UsageError(f"{backend.name}: --devices {devices} but this machine has {limit} "
+                         f"{what}{hint}")
+    return devices
+
+
+def _batches(cfg: RunConfig, world: int) -> tuple[int, int, str]:
+    if cfg.global_batch is not None and cfg.per_device_batch is not None:
+        raise UsageError("give --global-batch or --per-device-batch, not both")
+    if cfg.per_device_batch is not None:
+        if cfg.per_device_batch < 1:
+            raise UsageError(f"--per-device-batch must be positive, got {cfg.per_device_batch}")
+        return cfg.per_device_batch * world, cfg.per_device_batch, "per-device"
+    batch = 128 if cfg.global_batch is None else cfg.global_batch
+    if batch < 1:
+        raise UsageError(f"--global-batch must be positive, got {batch}")
+    if batch % world:
+        raise UsageError(f"--global-batch {batch} is not divisible by --devices {world}")
+    return batch, batch // world, "global"
+
+
+def _check_choices(cfg: RunConfig) -> None:
+    for value, choices, option in ((cfg.dataset, DATASET_NAMES, "--dataset"),
+                                   (cfg.model, MODEL_NAMES, "--model"),
+                                   (cfg.schedule, SCHEDULES, "--schedule"),
+                                   (cfg.lr_scaling, ("none", "linear"), "--lr-scaling")):
+        if value not in choices:
+            raise UsageError(f"{option} {value!r} is not one of {', '.join(choices)}")
+    if cfg.dataset in NEEDS_DATA_DIR and cfg.data_dir is None:
+        raise UsageError(f"--dataset {cfg.dataset} needs --data-dir")
+    if cfg.data_dir is not None and not os.path.isdir(cfg.data_dir):
+        raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory")
+    for value, option in ((cfg.repeats, "--repeats"), (cfg.timeout, "--timeout"),
+                          (cfg.lr, "--lr")):
+        if value <= 0:
+            raise UsageError(f"{option} must be positive, got {value}")
+    if cfg.epochs is not None and cfg.steps is not None:
+        raise UsageError("give --epochs or --steps, not both")
+
+
+def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
+    """Check ``cfg`` and derive the plan; ``train_size`` is needed to turn epochs into steps."""
+    if cfg.backend not in BACKENDS:
+        raise UsageError(f"unknown backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
+    backend = BACKENDS[cfg.backend]
+    _check_choices(cfg)
+    launcher = cfg.launcher or backend.launchers[0]
+    if launcher not in backend.launchers:
+        raise UsageError(f"{backend.name} has no launcher {launcher!r}; it supports "
+                         f"{', '.join(backend.launchers)}")
+    world = _world_size(cfg, backend)
+    global_batch, per_device, mode = _batches(cfg, world)
+    processes = 1 if backend.one_process else world
+    threads = cfg.threads if cfg.threads is not None else max(1, cpu_count() // processes)
+    if threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}")
+    steps = cfg.steps
+    if steps is None and train_size is not None:
+        if train_size < global_batch:
+            raise UsageError(f"global batch {global_batch} exceeds the {train_size} training "
+                             "samples")
+        steps = (cfg.epochs or 2) * (train_size // global_batch)
+    if steps is not None and steps < 1:
+        raise UsageError(f"--steps/--epochs must give at least 1 step, got {steps}")
+    optimizer = OptimizerSpec(scaled_lr(cfg.lr, global_batch, cfg.lr_scaling), cfg.momentum,
+                              cfg.weight_decay, cfg.schedule, cfg.warmup_steps)
+    return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, threads,
+                optimizer)

@@ -1,0 +1,170 @@
+"""Datasets, all as NCHW float32 images with int64 labels, standardised per channel.
+
+``synthetic`` (the default) needs no files; ``digits`` ships with scikit-learn; ``cifar10`` and
+``mnist`` are read from their official on-disk formats under ``--data-dir``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import pickle
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DATASET_NAMES = ("synthetic", "digits", "cifar10", "mnist")
+NEEDS_DATA_DIR = ("cifar10", "mnist")
+
+
+class DatasetError(Exception):
+    """A dataset that cannot be read; the message names the file."""
+
+
+@dataclass
+class Dataset:
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(int(d) for d in self.x_train.shape[1:])
+
+    def fingerprint(self) -> str:
+        """sha256 of the arrays: two runs on the same fingerprint saw the same samples."""
+        digest = hashlib.sha256()
+        for array in (self.x_train, self.y_train, self.x_test, self.y_test):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()
+
+    def save(self, folder: Path) -> None:
+        for key in ("x_train", "y_train", "x_test", "y_test"):
+            np.save(Path(folder) / f"{key}.npy", getattr(self, key))
+
+    @classmethod
+    def load(cls, folder: Path, name: str, num_classes: int) -> Dataset:
+        """Reload what ``save`` wrote, memory-mapped so N workers share one copy."""
+        arrays = {key: np.load(Path(folder) / f"{key}.npy", mmap_mode="r")
+                  for key in ("x_train", "y_train", "x_test", "y_test")}
+        return cls(name=name, num_classes=num_classes, **arrays)
+
+
+def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mean = x_train.mean(axis=(0, 2, 3), keepdims=True, dtype=np.float64)
+    std = x_train.std(axis=(0, 2, 3), keepdims=True, dtype=np.float64) + 1e-8
+    return (((x_train - mean) / std).astype(np.float32),
+            ((x_test - mean) / std).astype(np.float32))
+
+
+def _finish(name, x_train, y_train, x_test, y_test, num_classes) -> Dataset:
+    x_train, x_test = _standardise(x_train.astype(np.float32), x_test.astype(np.float32))
+    return Dataset(name, x_train, y_train.astype(np.int64), x_test, y_test.astype(np.int64),
+                   num_classes)
+
+
+def synthetic_images(n: int, seed: int, size: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Striped images: class = (orientation of 5) x (frequency of 2); phase, colour and noise
+    are random, so a model has to learn orientation and frequency, not a pixel lookup."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, n)
+    angle = (labels % 5) * (np.pi / 5) + rng.normal(0, 0.05, n)
+    cycles = np.where(labels < 5, 2.0, 4.5) + rng.uniform(-0.3, 0.3, n)
+    phase = rng.uniform(0, 2 * np.pi, n)
+    grid = np.linspace(0, 1, size, endpoint=False)
+    yy, xx = np.meshgrid(grid, grid, indexing="ij")
+    direction = (np.cos(angle)[:, None, None] * xx + np.sin(angle)[:, None, None] * yy)
+    stripes = np.sin(2 * np.pi * cycles[:, None, None] * direction + phase[:, None, None])
+    colour = rng.uniform(0.3, 1.0, (n, 3, 1, 1))
+    images = colour * stripes[:, None] + rng.normal(0, 0.6, (n, 3, size, size))
+    return images.astype(np.float32), labels
+
+
+def load_synthetic(n_train: int = 8192, n_test: int = 2048) -> Dataset:
+    x_train, y_train = synthetic_images(n_train, seed=1)
+    x_test, y_test = synthetic_images(n_test, seed=2)
+    return _finish("synthetic", x_train, y_train, x_test, y_test, 10)
+
+
+def load_digits() -> Dataset:
+    from sklearn.datasets import load_digits as sklearn_digits  # only this dataset needs it
+
+    bunch = sklearn_digits()
+    order = np.random.default_rng(0).permutation(len(bunch.target))
+    images = bunch.images[order][:, None].astype(np.float32) / 16.0
+    labels = bunch.target[order]
+    return _finish("digits", images[:1440], labels[:1440], images[1440:], labels[1440:], 10)
+
+
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with open(path, "rb") as handle:
+            batch = pickle.load(handle, encoding="bytes")
+        data = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    except FileNotFoundError:
+        raise DatasetError(f"CIFAR-10 file missing: {path}") from None
+    except Exception as err:  # pickle raises many types on a damaged file
+        raise DatasetError(f"CIFAR-10 file is corrupt: {path} ({type(err).__name__})") from None
+    if len(labels) != len(data) or labels.min() < 0 or labels.max() > 9:
+        raise DatasetError(f"CIFAR-10 file is corrupt: {path} (labels do not match images)")
+    return data, labels
+
+
+def load_cifar10(data_dir: Path) -> Dataset:
+    folder = Path(data_dir)
+    if (folder / "cifar-10-batches-py").is_dir():
+        folder = folder / "cifar-10-batches-py"
+    parts = [_read_cifar_batch(folder / f"data_batch_{i}") for i in range(1, 6)]
+    x_test, y_test = _read_cifar_batch(folder / "test_batch")
+    x_train = np.concatenate([p[0] for p in parts])
+    y_train = np.concatenate([p[1] for p in parts])
+    return _finish("cifar10", x_train / 255.0, y_train, x_test / 255.0, y_test, 10)
+
+
+def _read_idx(folder: Path, stem: str, ndim: int) -> np.ndarray:
+    for path in (folder / stem, folder / f"{stem}.gz"):
+        if path.exists():
+            break
+    else:
+        raise DatasetError(f"MNIST file missing: {folder / stem} (or {stem}.gz)")
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as handle:
+            raw = handle.read()
+        zero, dtype_code, dims = struct.unpack(">HBB", raw[:4])
+        shape = struct.unpack(f">{dims}I", raw[4:4 + 4 * dims])
+        if zero != 0 or dtype_code != 0x08 or dims != ndim:
+            raise ValueError("bad magic number")
+        return np.frombuffer(raw, np.uint8, offset=4 + 4 * dims).reshape(shape)
+    except (OSError, EOFError, ValueError, struct.error) as err:
+        raise DatasetError(f"MNIST file is corrupt: {path} ({err})") from None
+
+
+def load_mnist(data_dir: Path) -> Dataset:
+    folder = Path(data_dir)
+    arrays = {}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        images = _read_idx(folder, f"{prefix}-images-idx3-ubyte", 3)
+        labels = _read_idx(folder, f"{prefix}-labels-idx1-ubyte", 1)
+        if len(images) != len(labels):
+            raise DatasetError(f"MNIST {split} images and labels differ in count in {folder}")
+        arrays[split] = (images[:, None] / 255.0, labels)
+    return _finish("mnist", *arrays["train"], *arrays["test"], 10)
+
+
+def load_dataset(name: str, data_dir: Path | None = None) -> Dataset:
+    if name not in DATASET_NAMES:
+        raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASET_NAMES)}")
+    if name in NEEDS_DATA_DIR:
+        if data_dir is None:
+            raise DatasetError(f"dataset {name} needs --data-dir")
+        if not Path(data_dir).is_dir():
+            raise DatasetError(f"data directory does not exist: {data_dir}")
+        return load_cifar10(data_dir) if name == "cifar10" else load_mnist(data_dir)
+    return load_synthetic() if name == "synthetic" else load_digits()

@@ -1,0 +1,188 @@
+"""Runs one configuration: prepares the shared inputs once, launches each repeat as its own
+process tree under the backend's launcher, supervises it (timeout, crash, progress) and turns
+what the workers wrote into a record."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .config import Plan, RunConfig, UsageError, resolve
+from .data import Dataset, DatasetError, load_dataset
+from .envinfo import machine_env
+from .job import Job
+from .launchers import LOCALHOST, command
+from .loop import RankLog
+from .results import SCHEMA_VERSION, aggregate
+from .spec import ModelSpec, build_spec, sha256_of, spec_dict
+from .weights import initial_weights, save_weights
+
+ERROR_TAIL_CHARS = 4000
+POLL_S = 0.2
+
+
+@dataclass
+class Prepared:
+    """A checked configuration with its inputs on disk, shared by all its repeats."""
+
+    cfg: RunConfig
+    plan: Plan
+    dataset: Dataset
+    spec: ModelSpec
+    spec_sha256: str
+    shared: Path  # holds data/ and weights.npz
+
+
+def spec_hash(spec: ModelSpec, dataset: Dataset, plan: Plan, cfg: RunConfig) -> str:
+    """What makes two runs comparable: model, data, and training configuration (not the
+    backend, device count or threads, which are what a comparison varies)."""
+    return sha256_of({"model": spec_dict(spec), "data": dataset.fingerprint(),
+                      "training": {"global_batch": plan.global_batch, "steps": plan.total_steps,
+                                   "optimizer": asdict(plan.optimizer), "seed": cfg.seed}})
+
+
+def prepare(cfg: RunConfig, shared: Path) -> Prepared:
+    """Check ``cfg`` (UsageError on bad input) and write data and weights into ``shared``."""
+    resolve(cfg)  # cheap checks first: no dataset is loaded for a bad backend name
+    try:
+        dataset = load_dataset(cfg.dataset, Path(cfg.data_dir) if cfg.data_dir else None)
+    except DatasetError as err:
+        raise UsageError(str(err)) from None
+    plan = resolve(cfg, len(dataset.y_train))
+    spec = build_spec(cfg.model, dataset.input_shape, dataset.num_classes)
+    (shared / "data").mkdir(parents=True, exist_ok=True)
+    dataset.save(shared / "data")
+    save_weights(shared / "weights.npz", initial_weights(spec, cfg.seed))
+    return Prepared(cfg, plan, dataset, spec, spec_hash(spec, dataset, plan, cfg), shared)
+
+
+def worker_env(plan: Plan) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(plan.threads)  # torchrun would otherwise force 1, mp.spawn leave all
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local runs: collectives stay on loopback
+    env["MASTER_ADDR"] = LOCALHOST
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker it started
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _supervise(cmd: list[str], prepared: Prepared, workdir: Path) -> tuple[str, int | None]:
+    """Run ``cmd`` to completion or timeout, with a progress bar; ('ok'|'failed'|'timeout', rc)."""
+    total = prepared.plan.total_steps
+    bar = tqdm(total=total, desc=prepared.cfg.backend, unit="step", leave=False,
+               disable=not sys.stderr.isatty())
+    deadline = time.monotonic() + prepared.cfg.timeout
+    with open(workdir / "output.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=worker_env(prepared.plan),
+                                cwd=workdir, start_new_session=True)
+    try:
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                return "timeout", None
+            _show_progress(bar, workdir / "progress.json")
+            time.sleep(POLL_S)
+        return ("ok" if proc.returncode == 0 else "failed"), proc.returncode
+    finally:
+        _kill_tree(proc)
+        bar.close()
+
+
+def _show_progress(bar: tqdm, path: Path) -> None:
+    try:
+        done = json.loads(path.read_text())["done"]
+    except (OSError, ValueError):
+        return  # not written yet, or being replaced right now
+    bar.update(done - bar.n)
+
+
+def _error_tail(workdir: Path) -> str:
+    logs = [workdir / "output.log", *sorted((workdir / "launch-log").glob("workerlog.*"))]
+    text = "\n".join(p.read_text(errors="replace") for p in logs if p.is_file())
+    return text[-ERROR_TAIL_CHARS:].strip() or "(the workers printed nothing)"
+
+
+def _rank_logs(workdir: Path, count: int) -> list[RankLog] | None:
+    paths = [workdir / f"rank{r}.json" for r in range(count)]
+    if not all(p.is_file() for p in paths):
+        return None
+    return [RankLog(**json.loads(p.read_text())) for p in paths]
+
+
+def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None) -> Job:
+    plan, cfg = prepared.plan, prepared.cfg
+    return Job(backend=cfg.backend, launcher=plan.launcher, world_size=plan.world_size,
+               threads=plan.threads, model=spec_dict(prepared.spec), dataset=cfg.dataset,
+               num_classes=prepared.dataset.num_classes, global_batch=plan.global_batch,
+               total_steps=plan.total_steps, optimizer=asdict(plan.optimizer), seed=cfg.seed,
+               workdir=str(workdir), shared=str(prepared.shared),
+               save_weights=save_weights_to is not None, verbose=cfg.verbose)
+
+
+def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = None) -> dict:
+    """One repeat in its own process tree; always returns a record, ok or not."""
+    plan = prepared.plan
+    processes = 1 if plan.backend.one_process else plan.world_size
+    with tempfile.TemporaryDirectory(prefix="parbench-run-") as tmp:
+        workdir = Path(tmp)
+        job_path = _job(prepared, workdir, save_weights_to).save()
+        launch = time.time()
+        status, code = _supervise(command(plan.launcher, job_path, plan.world_size),
+                                  prepared, workdir)
+        duration = time.time() - launch
+        logs = _rank_logs(workdir, processes) if status == "ok" else None
+        error = None
+        if status == "timeout":
+            error = f"timed out after {prepared.cfg.timeout:g} s\n{_error_tail(workdir)}"
+        elif logs is None:
+            reason = f"exit code {code}" if code else "a worker wrote no results"
+            status, error = "failed", f"{reason}\n{_error_tail(workdir)}"
+        elif save_weights_to is not None:
+            shutil.copyfile(workdir / "final_weights.npz", save_weights_to)
+    return _record(prepared, repeat, status, error, logs, launch, duration)
+
+
+def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
+            logs: list[RankLog] | None, launch: float, duration: float) -> dict:
+    cfg, plan = prepared.cfg, prepared.plan
+    described = logs[0].describe if logs else {}
+    framework_env = {"framework": plan.backend.framework,
+                     "framework_version": described.get("framework_version"),
+                     "device_names": described.get("device_names", []),
+                     "cuda_version": described.get("cuda_version"),
+                     "nccl_version": described.get("nccl_version")}
+    extra = {k: v for k, v in described.items() if k not in framework_env and k != "notes"}
+    metrics = aggregate(logs, plan.global_batch, launch, cfg.target_accuracy) if logs else None
+    return {
+        "schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "backend": cfg.backend, "framework": plan.backend.framework,
+        "strategy": plan.backend.strategy, "launcher": plan.launcher,
+        "world_size": plan.world_size, "status": status, "error": error, "seed": cfg.seed,
+        "repeat": repeat, "global_batch": plan.global_batch,
+        "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
+        "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling, "dataset": cfg.dataset,
+        "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": asdict(cfg),
+        "metrics": metrics, "env": {**machine_env(plan.threads), **framework_env, **extra},
+        "duration_s": duration, "notes": described.get("notes", []),
+    }

@@ -1,0 +1,62 @@
+"""The job file: everything a worker process needs, written by the harness as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .optim import OptimizerSpec
+from .spec import ModelSpec, spec_from_dict
+
+FAULT_ENV = "PARBENCH_TEST_FAULT"  # test-only: "crash|exit|hang:RANK:STEP" breaks one worker
+
+
+@dataclass
+class Job:
+    backend: str
+    launcher: str
+    world_size: int  # devices (replicas) that train
+    threads: int  # compute threads per worker process
+    model: dict  # spec_dict(ModelSpec)
+    dataset: str
+    num_classes: int
+    global_batch: int
+    total_steps: int
+    optimizer: dict  # asdict(OptimizerSpec), lr already scaled
+    seed: int
+    workdir: str  # this run's folder: job.json, rank files, progress, launcher logs
+    shared: str  # inputs shared by every run of a configuration: data/ and weights.npz
+    save_weights: bool = False  # rank 0 exports final weights to workdir/final_weights.npz
+    verbose: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def spec(self) -> ModelSpec:
+        return spec_from_dict(self.model)
+
+    @property
+    def optimizer_spec(self) -> OptimizerSpec:
+        return OptimizerSpec(**self.optimizer)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.workdir)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.shared) / "data"
+
+    @property
+    def weights_path(self) -> Path:
+        return Path(self.shared) / "weights.npz"
+
+    def save(self) -> Path:
+        target = self.path / "job.json"
+        target.write_text(json.dumps(asdict(self), indent=1))
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Job:
+        return cls(**json.loads(Path(path).read_text()))

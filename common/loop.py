@@ -1,0 +1,156 @@
+"""The training loop every strategy runs in, framework-free.
+
+A strategy file (``frameworks/<framework>/<strategy>.py``) supplies a ``Strategy``: how to set
+up, build the model, take a step and evaluate. This loop owns everything that must be identical
+across frameworks: which rows each process reads, the learning rate of each step, when to
+evaluate, and how time and memory are measured. Each process writes ``rank<N>.json`` at the end;
+the harness aggregates those files into the run's record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from .batches import eval_slice, schedule, shard_slice
+from .data import Dataset
+from .job import FAULT_ENV, Job
+from .optim import lr_at
+from .weights import save_weights
+
+EVAL_CHUNK = 1024  # rows per evaluate() call: bounds memory, not part of the contract
+PROGRESS_EVERY_S = 0.5
+
+
+class Strategy(Protocol):
+    rank: int  # this process's index among num_processes
+    num_processes: int  # processes that read data (1 for single, DataParallel, Mirrored)
+
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        """One optimizer step on this process's rows; returns their mean loss."""
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+        """(correct, loss_sum) over the given rows, inference mode, this process only."""
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        """Sum across processes (identity with one process)."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work, so host clocks measure it."""
+
+    def peak_device_mb(self) -> list[float] | None:
+        """Allocator peak per device this process drives, or None without an accelerator."""
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """Current weights in the canonical layout."""
+
+    def describe(self) -> dict:
+        """framework, framework_version, device_names, cuda/nccl versions, notes."""
+
+    def teardown(self) -> None:
+        """Release process groups and devices."""
+
+
+@dataclass
+class RankLog:
+    rank: int
+    rows: int  # training rows per step on this process
+    first_step_start: float = 0.0  # time.time() when step 0 began
+    step_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
+    peak_device_mb: list[float] | None = None
+    describe: dict = field(default_factory=dict)
+
+
+def _fault(rank: int, step: int) -> None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    kind, fault_rank, fault_step = spec.split(":")
+    if int(fault_rank) != rank or int(fault_step) != step:
+        return
+    if kind == "crash":
+        raise RuntimeError(f"injected fault on rank {rank} at step {step}")
+    if kind == "exit":
+        os._exit(17)
+    while kind == "hang":
+        time.sleep(1)
+
+
+def _evaluate(strategy: Strategy, data: Dataset, step: int, train_s: float) -> dict:
+    start = time.perf_counter()
+    rows = eval_slice(len(data.y_test), strategy.num_processes, strategy.rank)
+    totals = np.zeros(3)
+    for begin in range(rows.start, rows.stop, EVAL_CHUNK):
+        end = min(begin + EVAL_CHUNK, rows.stop)
+        correct, loss_sum = strategy.evaluate(np.asarray(data.x_test[begin:end]),
+                                              np.asarray(data.y_test[begin:end]))
+        totals += (correct, loss_sum, end - begin)
+    correct, loss_sum, count = strategy.all_reduce_sum(totals)
+    return {"step": step + 1, "accuracy": correct / count, "loss": loss_sum / count,
+            "count": int(count), "train_s": train_s, "eval_s": time.perf_counter() - start}
+
+
+class _Progress:
+    """Rank 0 tells the harness how far it is, at most every PROGRESS_EVERY_S seconds."""
+
+    def __init__(self, job: Job, rank: int):
+        self.path = job.path / "progress.json" if rank == 0 else None
+        self.total, self.last = job.total_steps, 0.0
+
+    def update(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.path is None or (not force and now - self.last < PROGRESS_EVERY_S):
+            return
+        self.last = now
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"done": done, "total": self.total}))
+        os.replace(tmp, self.path)
+
+
+def run_worker(job: Job, strategy: Strategy) -> RankLog:
+    """Train for job.total_steps on the shared batches, evaluating at every epoch end."""
+    data = Dataset.load(job.data_path, job.dataset, job.num_classes)
+    rows = shard_slice(job.global_batch, strategy.num_processes, strategy.rank)
+    log = RankLog(rank=strategy.rank, rows=rows.stop - rows.start)
+    progress, optimizer, train_s = _Progress(job, strategy.rank), job.optimizer_spec, 0.0
+    for step in schedule(job.seed, len(data.y_train), job.global_batch, job.total_steps):
+        mine = step.indices[rows]
+        x, y = np.asarray(data.x_train[mine]), np.asarray(data.y_train[mine])
+        lr = lr_at(step.index, job.total_steps, optimizer)
+        _fault(strategy.rank, step.index)
+        if step.index == 0:
+            log.first_step_start = time.time()
+        start = time.perf_counter()
+        loss = strategy.train_step(x, y, lr)
+        strategy.synchronize()
+        elapsed = time.perf_counter() - start
+        log.step_s.append(elapsed)
+        log.losses.append(float(loss))
+        train_s += elapsed
+        progress.update(step.index + 1)
+        if step.epoch_end or step.index == job.total_steps - 1:
+            log.evals.append(_evaluate(strategy, data, step.index, train_s))
+    progress.update(job.total_steps, force=True)
+    log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    log.peak_device_mb = strategy.peak_device_mb()
+    log.describe = strategy.describe()
+    _finish(job, strategy, log)
+    return log
+
+
+def _finish(job: Job, strategy: Strategy, log: RankLog) -> None:
+    if job.save_weights and strategy.rank == 0:
+        save_weights(job.path / "final_weights.npz", strategy.export_weights())
+    target = job.path / f"rank{strategy.rank}.json"
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(log)))
+    os.replace(tmp, target)

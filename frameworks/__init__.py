@@ -1,0 +1,1 @@
+"""One subpackage per framework; each is imported only inside worker processes."""

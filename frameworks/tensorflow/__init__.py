@@ -1,0 +1,1 @@
+"""TensorFlow backends."""

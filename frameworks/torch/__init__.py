@@ -1,0 +1,1 @@
+"""PyTorch backends: single device, nn.DataParallel, DistributedDataParallel."""

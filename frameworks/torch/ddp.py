@@ -1,0 +1,94 @@
+"""torch-ddp: ``DistributedDataParallel``, one process per device.
+
+Launched by torchrun (reads RANK / WORLD_SIZE / MASTER_ADDR from the environment it sets) or
+by ``torch.multiprocessing.spawn`` (ranks passed in, rendezvous through a file). gloo on CPU,
+NCCL on CUDA. Each process feeds only its contiguous part of every global batch; the loss is
+the mean over that part and DDP averages gradients across processes during backward, which
+equals the gradient of the global-batch mean because all parts have the same size.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from parbench.job import Job
+from parbench.loop import run_worker
+from parbench.weights import load_weights
+
+from . import runtime
+from .model import build_model, export_weights
+
+# A dead peer must surface as an error, not a 30-minute gloo wait (the harness has its own
+# timeout too; this one bounds collectives inside a live run).
+COLLECTIVE_TIMEOUT = timedelta(minutes=5)
+
+
+class DistributedDataParallelStrategy:
+    # --- setup: one process group, one device per process
+    def __init__(self, job: Job, rank: int, init_method: str):
+        runtime.setup_threads(job)
+        cuda = torch.cuda.is_available()
+        dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method,
+                                rank=rank, world_size=job.world_size, timeout=COLLECTIVE_TIMEOUT)
+        self.device = torch.device(f"cuda:{rank}" if cuda else "cpu")
+        if cuda:
+            torch.cuda.set_device(self.device)
+        runtime.reset_peak_memory([self.device])
+        # --- model: every rank loads the same canonical weights; DDP also broadcasts rank 0's
+        weights = load_weights(job.weights_path)
+        self.module = build_model(job.spec, weights).to(self.device)
+        self.model = DDP(self.module, device_ids=[rank] if cuda else None)
+        self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+        # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
+        self.rank, self.num_processes = rank, job.world_size
+
+    # --- step: gradients are all-reduced (averaged) inside backward()
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        return runtime.train_step(self.model, self.optimizer, x, y, lr, self.device)
+
+    # --- eval: each rank scores its part of the test set, then the counts are summed
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+        return runtime.evaluate(self.module, x, y, self.device)
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.cpu().numpy()
+
+    def synchronize(self) -> None:
+        runtime.synchronize(self.device)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return runtime.peak_device_mb([self.device])
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.module)
+
+    def describe(self) -> dict:
+        return runtime.describe([self.device], process_group=dist.get_backend())
+
+    # --- teardown
+    def teardown(self) -> None:
+        dist.destroy_process_group()
+
+
+def _train(rank: int, job: Job, init_method: str) -> None:
+    strategy = DistributedDataParallelStrategy(job, rank, init_method)
+    run_worker(job, strategy)
+    strategy.teardown()
+
+
+def main(job: Job) -> None:
+    if job.launcher == "torchrun":
+        _train(int(os.environ["RANK"]), job, "env://")
+    else:
+        # The rendezvous file must not exist beforehand; the job folder is fresh per run.
+        rendezvous = f"file://{job.path / 'rendezvous'}"
+        mp.spawn(_train, args=(job, rendezvous), nprocs=job.world_size, join=True)

@@ -1,0 +1,80 @@
+"""torch-dp: ``nn.DataParallel``, one process driving every visible CUDA device.
+
+DataParallel scatters each global batch along dim 0 into equal contiguous chunks (the shared
+shard rule), replicates the module on every device each step and gathers outputs on device 0,
+where the loss and the optimizer run: device 0 holds more memory than the others.
+Without CUDA, DataParallel silently runs the module on the CPU as is; the harness refuses
+``--devices`` > 1 there, and the record notes the no-op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from parbench.job import Job
+from parbench.loop import run_worker
+from parbench.weights import load_weights
+
+from . import runtime
+from .model import build_model, export_weights
+
+NO_OP_NOTE = "nn.DataParallel without CUDA is a no-op: the module ran unchanged on the CPU"
+
+
+class DataParallelStrategy:
+    # --- setup: threads and the devices DataParallel will use
+    def __init__(self, job: Job):
+        runtime.setup_threads(job)
+        if torch.cuda.is_available():
+            self.devices = [torch.device(f"cuda:{i}") for i in range(job.world_size)]
+        elif job.world_size == 1:
+            self.devices = [torch.device("cpu")]
+        else:
+            raise RuntimeError("nn.DataParallel needs CUDA devices for --devices > 1; "
+                               "none is available")
+        runtime.reset_peak_memory(self.devices)
+        # --- model: canonical weights on device 0, then wrapped
+        weights = load_weights(job.weights_path)
+        self.module = build_model(job.spec, weights).to(self.devices[0])
+        ids = [d.index for d in self.devices] if self.devices[0].type == "cuda" else None
+        self.model = nn.DataParallel(self.module, device_ids=ids)
+        self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+        # --- data shard: the one process feeds the whole global batch; DataParallel splits it
+        self.rank, self.num_processes = 0, 1
+
+    # --- step: inputs go to device 0, DataParallel scatters them
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        return runtime.train_step(self.model, self.optimizer, x, y, lr, self.devices[0])
+
+    # --- eval
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+        return runtime.evaluate(self.model, x, y, self.devices[0])
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def synchronize(self) -> None:
+        for device in self.devices:
+            runtime.synchronize(device)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return runtime.peak_device_mb(self.devices)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.module)
+
+    def describe(self) -> dict:
+        notes = [NO_OP_NOTE] if self.devices[0].type == "cpu" else []
+        return runtime.describe(self.devices, notes, dataparallel_no_op=bool(notes))
+
+    # --- teardown: nothing to release
+    def teardown(self) -> None:
+        pass
+
+
+def main(job: Job) -> None:
+    strategy = DataParallelStrategy(job)
+    run_worker(job, strategy)
+    strategy.teardown()

@@ -1,0 +1,86 @@
+"""Builds the spec's model as a torch.nn.Module and moves canonical weights in and out.
+
+torch's own layouts are the canonical ones (conv OIHW, Linear [out, in]) and its module names
+are chosen to equal the canonical names, so loading is a plain ``load_state_dict``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from parbench.spec import MLPSpec, ModelSpec, ResNetSpec, resnet_blocks
+
+
+class ConvNorm(nn.Module):
+    """conv (bias only without norm) followed by the spec's BatchNorm, if any."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, spec: ResNetSpec):
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, kernel, stride, padding=kernel // 2,
+                              bias=spec.norm is None)
+        self.bn = None if spec.norm is None else nn.BatchNorm2d(
+            c_out, eps=spec.norm.eps, momentum=spec.norm.momentum)  # same convention as spec
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        return x if self.bn is None else self.bn(x)
+
+
+class Block(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int, projection: bool, spec: ResNetSpec):
+        super().__init__()
+        self.conv1 = ConvNorm(c_in, c_out, 3, stride, spec)
+        self.conv2 = ConvNorm(c_out, c_out, 3, 1, spec)
+        self.shortcut = ConvNorm(c_in, c_out, 1, stride, spec) if projection else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv2(torch.relu(self.conv1(x)))
+        return torch.relu(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet(nn.Module):
+    def __init__(self, spec: ResNetSpec):
+        super().__init__()
+        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec)
+        self.blocks = nn.Sequential(*(Block(c_in, c_out, stride, proj, spec)
+                                      for _, c_in, c_out, stride, proj in resnet_blocks(spec)))
+        self.head = nn.Linear(spec.stage_channels[-1], spec.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(torch.relu(self.stem(x)))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: MLPSpec):
+        super().__init__()
+        widths = [int(np.prod(spec.input_shape)), *spec.hidden]
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.head = nn.Linear(widths[-1], spec.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        for layer in self.hidden:
+            x = torch.relu(layer(x))
+        return self.head(x)
+
+
+def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Module:
+    """The spec's model holding the canonical ``weights``."""
+    model = ResNet(spec) if isinstance(spec, ResNetSpec) else MLP(spec)
+    state = {name: torch.from_numpy(np.array(array)) for name, array in weights.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # num_batches_tracked is torch bookkeeping, not part of the spec
+    missing = [name for name in missing if not name.endswith("num_batches_tracked")]
+    if missing or unexpected:
+        raise ValueError(f"canonical weights do not fit the torch model: missing {missing}, "
+                         f"unexpected {unexpected}")
+    return model
+
+
+def export_weights(model: nn.Module) -> dict[str, np.ndarray]:
+    return {name: tensor.detach().cpu().numpy().copy()
+            for name, tensor in model.state_dict().items()
+            if not name.endswith("num_batches_tracked")}
