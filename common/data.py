@@ -85,7 +85,7 @@ def synthetic_images(n: int, seed: int, size: int = 32) -> tuple[np.ndarray, np.
     return images.astype(np.float32), labels
 
 
-def load_synthetic(n_train: int = 8192, n_test: int = 2048) -> Dataset:
+def load_synthetic(n_train: int = 4096, n_test: int = 1024) -> Dataset:
     x_train, y_train = synthetic_images(n_train, seed=1)
     x_test, y_test = synthetic_images(n_test, seed=2)
     return _finish("synthetic", x_train, y_train, x_test, y_test, 10)

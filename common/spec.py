@@ -31,8 +31,8 @@ class BatchNormSpec:
 class ResNetSpec:
     input_shape: tuple[int, int, int]  # (channels, height, width)
     num_classes: int
-    stem_channels: int = 16
-    stage_channels: tuple[int, ...] = (16, 32, 64)
+    stem_channels: int = 8
+    stage_channels: tuple[int, ...] = (8, 16, 32)
     stage_strides: tuple[int, ...] = (1, 2, 2)
     norm: BatchNormSpec | None = field(default_factory=BatchNormSpec)
     kind: str = "resnet"

@@ -1,0 +1,130 @@
+"""Cross-framework checks against torch, each framework in its own process.
+
+* Forward: canonical weights + one fixed batch -> logits (and, in training mode, the BatchNorm
+  running statistics after that one forward pass), for every model variant.
+* Trajectory: 10 steps of ``<framework>-single`` on the no-normalisation model -> loss curve and
+  final weights, against ``torch-single``.
+
+Every framework's ``frameworks/<name>/forward.py`` answers a forward request:
+``python -m parbench.frameworks.<name>.forward REQUEST.json`` reads ``request.json``
+(``model``: spec dict, ``mode``: train|eval, ``weights``/``inputs``/``output``: .npz paths) and
+writes ``output`` with ``logits`` and ``weights/<canonical name>`` after the pass.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .config import RunConfig
+from .harness import prepare, run_once
+from .spec import build_spec, spec_dict
+from .weights import initial_weights, load_weights, save_weights
+
+FORWARD_TOLERANCE = 1e-5  # max |diff| / max |torch value|, fp32
+TRAJECTORY_TOLERANCE = 1e-4  # the same, on losses and weights after 10 SGD steps
+PARITY_INPUT = (3, 16, 16)  # small images keep the check fast; the graph is the same
+FORWARD_CASES = (("resnet", "train"), ("resnet", "eval"), ("resnet-nonorm", "train"),
+                 ("mlp", "train"))
+FRAMEWORKS = ("torch", "tensorflow", "paddle")
+REFERENCE = "torch"
+
+
+@dataclass
+class Comparison:
+    framework: str
+    check: str  # e.g. "forward resnet/train: logits"
+    max_rel_diff: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.max_rel_diff <= self.tolerance)
+
+
+def relative_difference(reference: np.ndarray, other: np.ndarray) -> float:
+    reference, other = np.asarray(reference, np.float64), np.asarray(other, np.float64)
+    if reference.shape != other.shape:
+        return float("inf")
+    scale = max(float(np.abs(reference).max()), 1e-12)
+    return float(np.abs(reference - other).max()) / scale
+
+
+def forward_inputs(model: str, seed: int = 0) -> tuple[dict, dict[str, np.ndarray], np.ndarray]:
+    """(spec dict, weights, batch) of a forward case; BatchNorm running statistics are made
+    non-trivial so that inference mode actually tests them."""
+    spec = build_spec(model, PARITY_INPUT, 10)
+    weights = initial_weights(spec, seed)
+    rng = np.random.default_rng(seed + 1)
+    for name in weights:
+        if name.endswith("running_mean"):
+            weights[name] = rng.normal(0, 0.2, weights[name].shape).astype(np.float32)
+        elif name.endswith("running_var"):
+            weights[name] = rng.uniform(0.5, 1.5, weights[name].shape).astype(np.float32)
+    batch = rng.normal(0, 1, (16, *PARITY_INPUT)).astype(np.float32)
+    return spec_dict(spec), weights, batch
+
+
+def run_forward(framework: str, model: str, mode: str, folder: Path,
+                timeout: float = 300) -> dict[str, np.ndarray]:
+    """Ask ``framework``'s forward.py, in a fresh process, for one forward case."""
+    spec, weights, batch = forward_inputs(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_weights(folder / "weights.npz", weights)
+    np.savez(folder / "inputs.npz", x=batch)
+    request = {"model": spec, "mode": mode, "weights": str(folder / "weights.npz"),
+               "inputs": str(folder / "inputs.npz"), "output": str(folder / "output.npz")}
+    (folder / "request.json").write_text(json.dumps(request))
+    done = subprocess.run([sys.executable, "-m", f"parbench.frameworks.{framework}.forward",
+                           str(folder / "request.json")], capture_output=True, text=True,
+                          timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{framework} forward {model}/{mode} failed:\n{done.stderr[-3000:]}")
+    return load_weights(folder / "output.npz")
+
+
+def compare_forward(framework: str, model: str, mode: str, folder: Path) -> list[Comparison]:
+    reference = run_forward(REFERENCE, model, mode, folder / REFERENCE)
+    other = run_forward(framework, model, mode, folder / framework)
+    checks = [Comparison(framework, f"forward {model}/{mode}: logits",
+                         relative_difference(reference["logits"], other["logits"]),
+                         FORWARD_TOLERANCE)]
+    if mode == "train":
+        checks += [Comparison(framework, f"forward {model}/{mode}: {key[len('weights/'):]}",
+                              relative_difference(reference[key], other.get(key, np.empty(0))),
+                              FORWARD_TOLERANCE)
+                   for key in sorted(reference) if key.startswith("weights/")
+                   and ("running_" in key)]
+    return checks
+
+
+def run_trajectory(backend: str, folder: Path, steps: int = 10, **overrides) -> tuple[dict, dict]:
+    """(record, final weights) of ``steps`` steps of ``backend`` on the no-norm model."""
+    cfg = RunConfig(backend=backend, model="resnet-nonorm", steps=steps, global_batch=32,
+                    schedule="constant", out=str(folder), timeout=600, **overrides)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="parbench-parity-") as shared:
+        prepared = prepare(cfg, Path(shared))
+        record = run_once(prepared, 0, save_weights_to=folder / f"{backend}.npz")
+    if record["status"] != "ok":
+        raise RuntimeError(f"{backend} trajectory run {record['status']}:\n{record['error']}")
+    return record, load_weights(folder / f"{backend}.npz")
+
+
+def compare_runs(label: str, reference: tuple[dict, dict], other: tuple[dict, dict],
+                 tolerance: float = TRAJECTORY_TOLERANCE) -> list[Comparison]:
+    """Loss curve and every final weight of two trajectory runs."""
+    (ref_record, ref_weights), (record, weights) = reference, other
+    checks = [Comparison(label, "loss curve",
+                         relative_difference(ref_record["metrics"]["loss_curve"],
+                                             record["metrics"]["loss_curve"]), tolerance)]
+    worst = max(relative_difference(ref_weights[k], weights.get(k, np.empty(0)))
+                for k in ref_weights)
+    checks.append(Comparison(label, "final weights (worst tensor)", worst, tolerance))
+    return checks

@@ -1,0 +1,29 @@
+"""One forward pass for the cross-framework parity check (see parbench.parity)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import torch
+
+from parbench.spec import spec_from_dict
+from parbench.weights import load_weights, save_weights
+
+from .model import build_model, export_weights
+
+
+def main(request_path: str) -> None:
+    request = json.loads(open(request_path).read())
+    torch.set_num_threads(1)  # thread count changes the bits; parity compares single-thread
+    model = build_model(spec_from_dict(request["model"]), load_weights(request["weights"]))
+    model.train(request["mode"] == "train")
+    with torch.no_grad():
+        logits = model(torch.from_numpy(np.load(request["inputs"])["x"])).numpy()
+    weights = {f"weights/{k}": v for k, v in export_weights(model).items()}
+    save_weights(request["output"], {"logits": logits, **weights})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

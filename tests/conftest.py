@@ -1,0 +1,34 @@
+"""Shared helpers: every test drives parbench the way a user does, through the CLI in a
+subprocess, so a framework is never imported into the pytest process (TensorFlow and Paddle
+segfault when imported into one process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parbench.backends import BACKENDS
+
+
+def parbench(*args: str, env: dict | None = None, timeout: float = 600,
+             cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``parbench ARGS`` like a user; returns the finished process."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "parbench.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=full_env, cwd=cwd)
+
+
+def records_in(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+
+
+def needs(framework: str):
+    """Skip marker for tests of a framework that is not installed here."""
+    backend = next(b for b in BACKENDS.values() if b.framework == framework)
+    reason = backend.missing_reason()
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
