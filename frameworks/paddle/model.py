@@ -1,0 +1,145 @@
+"""Builds the spec's model as a paddle.nn.Layer and moves canonical weights in and out.
+
+Layer names are chosen to equal the canonical names; three things differ from the canonical
+layout and are mapped here: ``nn.Linear`` stores its weight [in, out] (canonical [out, in]),
+BatchNorm calls its running statistics ``_mean`` / ``_variance``, and Paddle's BatchNorm
+follows a different convention than the spec (see ``BatchNorm``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+from parbench.spec import BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, resnet_blocks
+
+# Paddle's name of a BatchNorm running statistic -> the canonical name
+_STAT_NAMES = {"_mean": "running_mean", "_variance": "running_var"}
+
+
+class BatchNorm(nn.BatchNorm2D):
+    """Paddle's BatchNorm2D in the spec's (torch) convention.
+
+    Paddle's momentum weighs the old running value (``1 - `` the spec's), and its kernel
+    updates ``_variance`` with the *biased* batch variance; the spec wants the unbiased one.
+    The kernel still does the normalisation (biased variance, as the spec says); only the
+    running-variance update is redone here, from the value it had before the pass.
+    """
+
+    def __init__(self, channels: int, spec: BatchNormSpec):
+        super().__init__(channels, momentum=1.0 - spec.momentum, epsilon=spec.eps)
+        self.spec_momentum = spec.momentum
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        if not self.training:
+            return super().forward(x)
+        with paddle.no_grad():
+            unbiased = paddle.var(x, axis=[0, 2, 3], unbiased=True)
+            running_var = (1.0 - self.spec_momentum) * self._variance \
+                + self.spec_momentum * unbiased
+        out = super().forward(x)
+        with paddle.no_grad():
+            paddle.assign(running_var, self._variance)
+        return out
+
+
+class ConvNorm(nn.Layer):
+    """conv (bias only without norm) followed by the spec's BatchNorm, if any."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, spec: ResNetSpec):
+        super().__init__()
+        self.conv = nn.Conv2D(c_in, c_out, kernel, stride, padding=kernel // 2,
+                              bias_attr=None if spec.norm is None else False)
+        self.bn = None if spec.norm is None else BatchNorm(c_out, spec.norm)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        x = self.conv(x)
+        return x if self.bn is None else self.bn(x)
+
+
+class Block(nn.Layer):
+    def __init__(self, c_in: int, c_out: int, stride: int, projection: bool, spec: ResNetSpec):
+        super().__init__()
+        self.conv1 = ConvNorm(c_in, c_out, 3, stride, spec)
+        self.conv2 = ConvNorm(c_out, c_out, 3, 1, spec)
+        self.shortcut = ConvNorm(c_in, c_out, 1, stride, spec) if projection else None
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        out = self.conv2(F.relu(self.conv1(x)))
+        return F.relu(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet(nn.Layer):
+    def __init__(self, spec: ResNetSpec):
+        super().__init__()
+        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec)
+        self.blocks = nn.Sequential(*(Block(c_in, c_out, stride, proj, spec)
+                                      for _, c_in, c_out, stride, proj in resnet_blocks(spec)))
+        self.head = nn.Linear(spec.stage_channels[-1], spec.num_classes)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        x = self.blocks(F.relu(self.stem(x)))
+        return self.head(x.mean(axis=[2, 3]))
+
+
+class MLP(nn.Layer):
+    def __init__(self, spec: MLPSpec):
+        super().__init__()
+        widths = [int(np.prod(spec.input_shape)), *spec.hidden]
+        self.hidden = nn.LayerList([nn.Linear(a, b) for a, b in zip(widths, widths[1:])])
+        self.head = nn.Linear(widths[-1], spec.num_classes)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        x = x.flatten(1)
+        for layer in self.hidden:
+            x = F.relu(layer(x))
+        return self.head(x)
+
+
+def model_notes(spec: ModelSpec) -> list[str]:
+    """What a record should say about how this model runs in Paddle (it costs time)."""
+    if isinstance(spec, ResNetSpec) and spec.norm is not None:
+        return ["BatchNorm: running_var re-derived with the unbiased batch variance after "
+                "Paddle's kernel (one extra reduction per BatchNorm layer and step)"]
+    return []
+
+
+def _canonical_name(name: str) -> str:
+    prefix, _, last = name.rpartition(".")
+    return f"{prefix}.{_STAT_NAMES.get(last, last)}"
+
+
+def _linear_weights(model: nn.Layer) -> set[str]:
+    """Paddle names of the [in, out] kernels, which the canonical layout stores transposed."""
+    return {f"{name}.weight" for name, layer in model.named_sublayers()
+            if isinstance(layer, nn.Linear)}
+
+
+def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Layer:
+    """The spec's model holding the canonical ``weights``."""
+    model = ResNet(spec) if isinstance(spec, ResNetSpec) else MLP(spec)
+    linear = _linear_weights(model)
+    names = {_canonical_name(name): name for name in model.state_dict()}
+    if set(names) != set(weights):
+        raise ValueError(f"canonical weights do not fit the paddle model: missing "
+                         f"{sorted(set(names) - set(weights))}, unexpected "
+                         f"{sorted(set(weights) - set(names))}")
+    current, state = model.state_dict(), {}
+    for canonical, name in names.items():
+        array = np.asarray(weights[canonical], np.float32)
+        array = array.T.copy() if name in linear else array
+        if tuple(array.shape) != tuple(current[name].shape):
+            # set_state_dict only warns about a shape mismatch and keeps the old tensor
+            raise ValueError(f"{canonical}: shape {array.shape} does not fit the paddle model "
+                             f"({name}: {tuple(current[name].shape)})")
+        state[name] = paddle.to_tensor(array)
+    model.set_state_dict(state)
+    return model
+
+
+def export_weights(model: nn.Layer) -> dict[str, np.ndarray]:
+    linear = _linear_weights(model)
+    return {_canonical_name(name): (tensor.numpy().T if name in linear else tensor.numpy()).copy()
+            for name, tensor in model.state_dict().items()}

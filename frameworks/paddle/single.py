@@ -1,0 +1,59 @@
+"""paddle-single: one process, one device. The baseline Paddle's parallel strategies must match."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parbench.job import Job
+from parbench.loop import run_worker
+from parbench.weights import load_weights
+
+from . import runtime
+from .model import build_model, export_weights, model_notes
+
+
+class SingleDevice:
+    # --- setup: threads and the one device
+    def __init__(self, job: Job):
+        runtime.setup_threads(job)
+        self.device = runtime.use_device(0)
+        runtime.reset_peak_memory([self.device])
+        # --- model: canonical weights, the shared SGD rule
+        self.model = build_model(job.spec, load_weights(job.weights_path))
+        self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+        self.notes = model_notes(job.spec)
+        # --- data shard: the one process reads every row of each global batch
+        self.rank, self.num_processes = 0, 1
+
+    # --- step
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        return runtime.train_step(self.model, self.optimizer, x, y, lr)
+
+    # --- eval
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+        return runtime.evaluate(self.model, x, y)
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def synchronize(self) -> None:
+        runtime.synchronize(self.device)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return runtime.peak_device_mb([self.device])
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.model)
+
+    def describe(self) -> dict:
+        return runtime.describe([self.device], self.notes)
+
+    # --- teardown: nothing to release
+    def teardown(self) -> None:
+        pass
+
+
+def main(job: Job) -> None:
+    strategy = SingleDevice(job)
+    run_worker(job, strategy)
+    strategy.teardown()
