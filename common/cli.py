@@ -95,13 +95,22 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from .html_report import write_report
+
     if not Path(args.dir).is_dir():
         raise UsageError(f"no such folder: {args.dir}")
     count, problems = check_folder(Path(args.dir))
-    if problems or count == 0:
-        raise UsageError(f"{args.dir} has {count} record(s) and {len(problems)} invalid; "
-                         f"run 'parbench check {args.dir}'")
-    print(render(load_records(Path(args.dir)), args.format), end="")
+    if count == 0:
+        raise UsageError(f"no records (*.json) under {args.dir}")
+    if problems:
+        first = " ".join(problems[0].split())  # the error is one line
+        raise UsageError(f"{len(problems)} problem(s) in the {count} record(s) under {args.dir}, "
+                         f"first: {first}; see 'parbench check {args.dir}'")
+    output = Path(args.output) if args.output else None
+    text = write_report(load_records(Path(args.dir)), args.format, output,
+                        Path(args.plots) if args.plots else None)
+    if output is None:
+        print(text, end="")
     return 0
 
 
@@ -117,9 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate every record in a folder")
     check.add_argument("dir")
     check.set_defaults(func=cmd_check)
-    report = sub.add_parser("report", help="comparison table of the records in a folder")
+    report = sub.add_parser("report", help="comparison tables, environment and plots of the "
+                            "records in a folder")
     report.add_argument("dir")
-    report.add_argument("--format", choices=("md", "csv"), default="md")
+    report.add_argument("--format", choices=("md", "csv", "html"), default="md")
+    report.add_argument("--output", help="write the report here instead of to stdout (html: "
+                        "its plots as PNG files next to it)")
+    report.add_argument("--plots", metavar="DIR", help="also write every plot as a PNG file here")
     report.set_defaults(func=cmd_report)
     return parser
 

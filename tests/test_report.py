@@ -1,0 +1,267 @@
+"""`parbench report` on a hand-made set of valid records whose every figure is computed here by
+hand: medians and spread over repeats, scaling efficiency against the right 1-device
+reference, failed runs with their reason, specs kept apart, CSV round trip, the HTML page
+(tables, inline plots, escaping) and bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import parbench
+from parbench.results import check_record
+
+SPEC_A, SPEC_B = "a" * 64, "b" * 64
+BATCH = 128
+HOSTILE = "<script>alert(1)</script>"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def record(backend: str, framework: str, devices: int, repeat: int = 0,
+           throughput: float | None = None, *, spec: str = SPEC_A, launcher: str = "python",
+           status: str = "ok", error: str | None = None, accuracy: float = 0.5,
+           rss: list[float] | None = None, device_mb: list[float] | None = None,
+           to_target: float | None = None, target: float | None = None) -> dict:
+    """A valid record; step times follow from the throughput as the harness computes them."""
+    step_ms = BATCH / throughput * 1000 if throughput else None
+    metrics = None if status != "ok" else {
+        "throughput": throughput,
+        "step_time_ms": {"median": step_ms, "p10": 0.75 * step_ms, "p90": 1.25 * step_ms},
+        "startup_s": 1.5 * devices, "first_step_s": 0.25, "eval_s": 0.1,
+        "final_accuracy": accuracy, "final_loss": 2 - accuracy,
+        "loss_curve": [2.3, 2.0, 1.8, 2 - accuracy],
+        "accuracy_curve": [{"step": 2, "accuracy": accuracy / 2, "loss": 2.0, "train_s": 1.0},
+                           {"step": 4, "accuracy": accuracy, "loss": 2 - accuracy,
+                            "train_s": 2.0}],
+        "target_accuracy": target, "time_to_target_s": to_target,
+        "peak_rss_mb": rss or [500.0] * devices, "peak_device_mb": device_mb}
+    result = {
+        "schema_version": 1, "run_id": f"{backend}-{devices}-{repeat}-{spec[0]}",
+        "created": "2025-01-01T00:00:00+00:00", "backend": backend, "framework": framework,
+        "strategy": "test", "launcher": launcher, "world_size": devices, "status": status,
+        "error": error, "seed": 0, "repeat": repeat, "global_batch": BATCH,
+        "per_device_batch": BATCH // devices, "batch_mode": "global", "lr": 0.05,
+        "lr_scaling": "none", "dataset": "synthetic",
+        "model": "resnet" if spec == SPEC_A else "mlp", "spec_sha256": spec, "config": {},
+        "metrics": metrics, "duration_s": 10.0, "notes": [],
+        "env": {"python": "3.11.2", "os": "Linux-6.1-x86_64", "cpu_model": "Test CPU",
+                "cores": 8, "threads_per_worker": 8 // devices, "framework": framework,
+                "framework_version": "2.5.1" if status == "ok" else None,
+                "device_names": ["NVIDIA H200"] * devices if device_mb else [],
+                "cuda_version": "12.4" if device_mb else None,
+                "nccl_version": None, "git_commit": "abc1234"}}
+    assert check_record(result) == [], check_record(result)
+    return result
+
+
+RECORDS = [
+    *(record("torch-single", "torch", 1, i, t, accuracy=a, rss=[r], target=0.8, to_target=tt)
+      for i, (t, a, r, tt) in enumerate([(100.0, 0.80, 500.0, 30.0), (110.0, 0.82, 520.0, 40.0),
+                                         (120.0, 0.84, 510.0, None)])),
+    *(record("torch-ddp", "torch", 2, i, t, launcher="torchrun", rss=r, target=0.8, to_target=tt)
+      for i, (t, r, tt) in enumerate([(180.0, [600.0, 580.0], 20.0),
+                                      (200.0, [560.0, 640.0], 25.0)])),
+    record("torch-ddp", "torch", 4, launcher="torchrun", status="failed",
+           error="exit code 1, rank 3 died\nTraceback (most recent call last): ..."),
+    record("torch-dp", "torch", 2, 0, 150.0, rss=[700.0], device_mb=[900.0, 300.0]),
+    record("tf-mirrored", "tensorflow", 1, 0, 50.0),
+    record("tf-mirrored", "tensorflow", 2, 0, 90.0),
+    record("tf-mirrored", "tensorflow", 2, 1, status="timeout",
+           error="timed out after 900 s\n(the workers printed nothing)"),
+    record("paddle-spawn", "paddle", 2, 0, 80.0),
+    record(HOSTILE, "torch", 1, 0, 60.0, spec=SPEC_B),
+    record("torch-single", "torch", 1, 0, spec=SPEC_B, status="failed",
+           error="<img src=x onerror=alert(2)>\nmore"),
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("runs")
+    for i, rec in enumerate(RECORDS):  # not write_record: it names files by backend
+        (folder / f"{i}.json").write_text(json.dumps(rec))
+    return folder
+
+
+def report(*args: str) -> str:
+    done = parbench("report", *args, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def markdown_tables(text: str) -> dict[tuple[str, str], list[dict[str, str]]]:
+    """{(section heading, table caption): rows as header -> cell} of a Markdown report."""
+    tables, section, caption = {}, "", ""
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:]
+        elif line.startswith("### "):
+            caption = line[4:]
+        elif line.startswith("|") and not line.startswith("|--"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            tables.setdefault((section, caption), []).append(cells)
+    return {key: [dict(zip(rows[0], row)) for row in rows[1:]] for key, rows in tables.items()}
+
+
+def by_row(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
+    return {(row["backend"], row["devices"]): row for row in rows}
+
+
+TITLE_A = ("spec aaaaaaaaaa: model resnet, dataset synthetic, global batch 128 (global batch "
+           "fixed), 4 steps, lr 0.05, seed 0")
+TITLE_B = TITLE_A.replace("aaaaaaaaaa", "bbbbbbbbbb").replace("resnet", "mlp")
+
+
+@pytest.fixture(scope="module")
+def markdown(runs: Path) -> str:
+    return report(str(runs))
+
+
+def test_performance_table_holds_the_hand_computed_figures(markdown: str) -> None:
+    tables = markdown_tables(markdown)
+    performance = by_row(tables[(TITLE_A, "Performance")])
+    assert [(r["backend"], r["devices"]) for r in tables[(TITLE_A, "Performance")]] == [
+        ("paddle-spawn", "2"), ("tf-mirrored", "1"), ("tf-mirrored", "2"),
+        ("torch-single", "1"), ("torch-ddp", "2"), ("torch-ddp", "4"), ("torch-dp", "2")]
+    # torch-single: throughput 100/110/120 -> median 110, step 128/110 s, p90 1.25x that
+    assert performance[("torch-single", "1")] == {
+        "backend": "torch-single", "devices": "1", "launcher": "python", "status": "ok",
+        "runs": "3/3", "samples/s": "110", "samples/s min": "100", "samples/s max": "120",
+        "scaling eff.": "1", "step ms p50": "1164", "step ms p90": "1455", "startup s": "1.5",
+        "first step s": "0.25"}
+    ddp = performance[("torch-ddp", "2")]
+    # 190 / (2 x 110) = 0.8636; step: median of 128/180 s and 128/200 s = 675.6 ms
+    assert (ddp["samples/s"], ddp["samples/s min"], ddp["samples/s max"], ddp["scaling eff."],
+            ddp["step ms p50"], ddp["runs"]) == ("190", "180", "200", "0.8636", "675.6", "2/2")
+    assert performance[("torch-dp", "2")]["scaling eff."] == "0.6818"  # 150 / 220
+    # no tf-single: the reference is tf-mirrored at 1 device, 90 / (2 x 50); the timed-out
+    # repeat stays in the row with its reason
+    mirrored = performance[("tf-mirrored", "2")]
+    assert (mirrored["scaling eff."], mirrored["runs"], mirrored["status"]) == (
+        "0.9", "1/2", "timeout: timed out after 900 s")
+    assert performance[("paddle-spawn", "2")]["scaling eff."] == "-"  # no 1-device paddle run
+    failed = performance[("torch-ddp", "4")]
+    assert (failed["status"], failed["runs"], failed["samples/s"], failed["scaling eff."]) == (
+        "failed: exit code 1, rank 3 died", "0/1", "-", "-")
+
+
+def test_accuracy_and_memory_table_holds_the_hand_computed_figures(markdown: str) -> None:
+    quality = by_row(markdown_tables(markdown)[(TITLE_A, "Accuracy and memory")])
+    assert quality[("torch-single", "1")] == {
+        "backend": "torch-single", "devices": "1", "launcher": "python", "accuracy": "0.82",
+        "loss": "1.18", "time to target s": "40", "peak RSS MiB": "510",
+        "RSS MiB per rank": "510", "peak device MiB": "n/a (CPU)",
+        "device MiB per device": "n/a (CPU)"}
+    # max over ranks 600/640 -> 620; per rank medians 580 and 610; target reached at 20, 25 s
+    ddp = quality[("torch-ddp", "2")]
+    assert (ddp["peak RSS MiB"], ddp["RSS MiB per rank"], ddp["time to target s"]) == (
+        "620", "580 / 610", "22.5")
+    dp = quality[("torch-dp", "2")]
+    assert (dp["peak device MiB"], dp["device MiB per device"]) == ("900", "900 / 300")
+    assert quality[("tf-mirrored", "1")]["time to target s"] == "-"  # no target asked for
+    assert quality[("torch-ddp", "4")]["peak device MiB"] == "-"  # failed: nothing measured
+
+
+def test_specs_are_grouped_apart_with_a_note(markdown: str) -> None:
+    assert "2 different specs" in markdown
+    tables = markdown_tables(markdown)
+    spec_b = by_row(tables[(TITLE_B, "Performance")])
+    assert set(spec_b) == {(HOSTILE, "1"), ("torch-single", "1")}
+    # the failed torch-single of spec B leaves the backend itself as the 1-device reference
+    assert spec_b[(HOSTILE, "1")]["scaling eff."] == "1"
+    assert spec_b[("torch-single", "1")]["status"] == "failed: <img src=x onerror=alert(2)>"
+    assert HOSTILE not in {row["backend"] for row in tables[(TITLE_A, "Performance")]}
+    environment = tables[("Environment", "Environment of every run")]
+    assert sum(int(row["runs"]) for row in environment) == len(RECORDS)
+    dp = next(row for row in environment if row["backend"] == "torch-dp")
+    assert (dp["device names"], dp["CUDA"], dp["version"], dp["git commit"], dp["spec"]) == (
+        "2x NVIDIA H200", "12.4", "2.5.1", "abc1234", "aaaaaaaaaa")
+
+
+def test_csv_round_trips_exact_values(runs: Path) -> None:
+    rows = list(csv.DictReader(io.StringIO(report(str(runs), "--format", "csv"))))
+    assert len(rows) == 9  # 7 rows of spec A, 2 of spec B
+    row = {(r["spec_sha256"], r["backend"], r["devices"]): r for r in rows}
+    ddp = row[(SPEC_A, "torch-ddp", "2")]
+    assert float(ddp["samples/s"]) == 190.0
+    assert float(ddp["scaling eff."]) == 190 / (2 * 110)
+    assert float(ddp["step ms p50"]) == (BATCH / 180 * 1000 + BATCH / 200 * 1000) / 2
+    assert [float(v) for v in ddp["RSS MiB per rank"].split(" / ")] == [580.0, 610.0]
+    single = row[(SPEC_A, "torch-single", "1")]
+    assert float(single["step ms p90"]) == 1.25 * (BATCH / 110 * 1000)
+    assert float(single["accuracy"]) == 0.82
+    assert row[(SPEC_A, "torch-ddp", "4")]["status"] == "failed: exit code 1, rank 3 died"
+    assert row[(SPEC_A, "torch-ddp", "4")]["samples/s"] == ""
+    assert row[(SPEC_B, HOSTILE, "1")]["launcher"] == "python"
+
+
+def test_html_is_self_contained_escaped_and_plots_are_pngs(runs: Path, tmp_path: Path) -> None:
+    page, plots = tmp_path / "out" / "report.html", tmp_path / "plots"
+    assert report(str(runs), "--format", "html", "--output", str(page),
+                  "--plots", str(plots)) == ""
+    html = page.read_text()
+    # every table: 2 per spec and the environment
+    assert html.count("<table>") == 5
+    for heading in (TITLE_A, TITLE_B, "Performance", "Accuracy and memory", "Environment"):
+        assert f">{heading}<" in html
+    assert "<td>0.8636</td>" in html and "<td>900 / 300</td>" in html
+    assert HOSTILE not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert "http://" not in html and "https://" not in html  # opens offline
+    # 4 figures per spec with an ok run, inline and as files, both next to the page and in DIR
+    beside = sorted(p.name for p in page.parent.glob("report-*.png"))
+    assert len(beside) == 8 and html.count('<img src="data:image/png;base64,') == 8
+    assert sorted(f"report-{p.name}" for p in plots.glob("*.png")) == beside
+    for png in [*plots.glob("*.png"), *page.parent.glob("*.png")]:
+        assert png.read_bytes().startswith(PNG_SIGNATURE) and png.stat().st_size > 1000
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def _invalid(folder: Path) -> None:
+    broken = dict(RECORDS[0], world_size=0)
+    folder.mkdir()
+    (folder / "broken.json").write_text(json.dumps(broken))
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "invalid"])
+def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path) -> None:
+    folder = tmp_path / "runs"
+    if case == "empty":
+        folder.mkdir()
+    elif case == "invalid":
+        _invalid(folder)
+    page = tmp_path / "report.html"
+    done = parbench("report", str(folder), "--format", "html", "--output", str(page),
+                    "--plots", str(tmp_path / "plots"), timeout=120)
+    assert done.returncode == 2
+    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith("parbench: error: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["runs"] if case != "missing" else [])
+
+
+def test_output_that_is_a_folder_is_exit_2(runs: Path, tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    done = parbench("report", str(runs), "--output", str(taken), timeout=120)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert list(taken.iterdir()) == [] and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_markdown_needs_no_matplotlib_and_html_says_it_does(runs: Path, tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n")
+    env = {"PYTHONPATH": str(shadow.parent)}
+    done = parbench("report", str(runs), env=env, timeout=120)
+    assert done.returncode == 0 and "| torch-ddp " in done.stdout, done.stderr
+    page = tmp_path / "report.html"
+    done = parbench("report", str(runs), "--format", "html", "--output", str(page), env=env,
+                    timeout=120)
+    assert done.returncode == 2 and "plots need matplotlib" in done.stderr
+    assert not page.exists()
