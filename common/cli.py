@@ -32,7 +32,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     batch = parser.add_mutually_exclusive_group()
     batch.add_argument("--global-batch", type=int, help="samples per step, all devices (128)")
     batch.add_argument("--per-device-batch", type=int, help="samples per step per device")
-    add("--lr", type=float, help="base learning rate (0.05)")
+    add("--lr", type=float, help="base learning rate (0.1)")
     add("--lr-scaling", help="none (default) or linear: lr x global_batch / 128")
     add("--momentum", type=float)
     add("--weight-decay", type=float)

@@ -32,7 +32,7 @@ class RunConfig:
     steps: int | None = None
     global_batch: int | None = None  # default 128 when neither batch option is given
     per_device_batch: int | None = None
-    lr: float = 0.05
+    lr: float = 0.1
     lr_scaling: str = "none"  # none | linear (lr * global_batch / 128)
     momentum: float = 0.9
     weight_decay: float = 5e-4

@@ -117,9 +117,13 @@ def _show_progress(bar: tqdm, path: Path) -> None:
 
 
 def _error_tail(workdir: Path) -> str:
+    """The first worker traceback (the cause), then the end of what the processes printed."""
+    errors = sorted((workdir / "errors").glob("*.txt"))
+    cause = errors[0].read_text(errors="replace")[-ERROR_TAIL_CHARS:] if errors else ""
     logs = [workdir / "output.log", *sorted((workdir / "launch-log").glob("workerlog.*"))]
     text = "\n".join(p.read_text(errors="replace") for p in logs if p.is_file())
-    return text[-ERROR_TAIL_CHARS:].strip() or "(the workers printed nothing)"
+    tail = text[-ERROR_TAIL_CHARS:].strip() or "(the workers printed nothing)"
+    return f"{cause}\n--- output tail ---\n{tail}" if cause else tail
 
 
 def _rank_logs(workdir: Path, count: int) -> list[RankLog] | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -60,3 +62,11 @@ class Job:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Job:
         return cls(**json.loads(Path(path).read_text()))
+
+
+def write_error(job: Job, who: str) -> None:
+    """Keep the traceback being handled where the harness looks first: with several workers,
+    the first error written is the cause and the others are its echoes."""
+    folder = job.path / "errors"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{time.time():.6f}-{who}.txt").write_text(f"{who}: {traceback.format_exc()}")

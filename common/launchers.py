@@ -35,7 +35,10 @@ def command(launcher: str, job_path: Path, world_size: int) -> list[str]:
                 "-m", "parbench.worker", str(job_path)]
     if launcher == "paddle-launch":
         script = importlib.util.find_spec("parbench.worker").origin
+        # --host: without it the launcher hands workers the store at the address the hostname
+        # resolves to, which on most machines is not loopback
         return [sys.executable, "-m", "paddle.distributed.launch",
                 f"--nproc_per_node={world_size}", f"--master={LOCALHOST}:{free_port()}",
-                f"--log_dir={job_path.parent / 'launch-log'}", script, str(job_path)]
+                f"--host={LOCALHOST}", f"--log_dir={job_path.parent / 'launch-log'}", script,
+                str(job_path)]
     raise ValueError(f"unknown launcher {launcher!r}")

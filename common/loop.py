@@ -20,7 +20,7 @@ import numpy as np
 
 from .batches import eval_slice, schedule, shard_slice
 from .data import Dataset
-from .job import FAULT_ENV, Job
+from .job import FAULT_ENV, Job, write_error
 from .optim import lr_at
 from .weights import save_weights
 
@@ -118,6 +118,14 @@ class _Progress:
 
 def run_worker(job: Job, strategy: Strategy) -> RankLog:
     """Train for job.total_steps on the shared batches, evaluating at every epoch end."""
+    try:
+        return _train(job, strategy)
+    except BaseException:
+        write_error(job, f"rank {strategy.rank}")
+        raise
+
+
+def _train(job: Job, strategy: Strategy) -> RankLog:
     data = Dataset.load(job.data_path, job.dataset, job.num_classes)
     rows = shard_slice(job.global_batch, strategy.num_processes, strategy.rank)
     log = RankLog(rank=strategy.rank, rows=rows.stop - rows.start)

@@ -23,7 +23,7 @@ REFERENCE_BATCH = 128  # the linear scaling rule scales lr by global_batch / REF
 
 @dataclass(frozen=True)
 class OptimizerSpec:
-    lr: float = 0.05
+    lr: float = 0.1
     momentum: float = 0.9
     weight_decay: float = 5e-4
     schedule: str = "cosine"

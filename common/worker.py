@@ -6,16 +6,22 @@ imports the one backend the job names and hands over to that strategy file's ``m
 
 from __future__ import annotations
 
+import os
 import sys
 
-from parbench.backends import get_backend  # absolute: paddle.distributed.launch runs this file as a script
-from parbench.job import Job
+# Absolute imports: paddle.distributed.launch runs this file as a script.
+from parbench.backends import get_backend
+from parbench.job import Job, write_error
 
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     job = Job.load(args[0])
-    get_backend(job.backend).load().main(job)
+    try:
+        get_backend(job.backend).load().main(job)
+    except BaseException:
+        write_error(job, f"process {os.getpid()}")
+        raise
 
 
 if __name__ == "__main__":

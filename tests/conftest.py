@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parbench.backends import BACKENDS
@@ -32,3 +34,14 @@ def needs(framework: str):
     backend = next(b for b in BACKENDS.values() if b.framework == framework)
     reason = backend.missing_reason()
     return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def write_cifar(folder, n_per_batch=20, seed=0):
+    """A miniature CIFAR-10 in the official cifar-10-batches-py pickle format."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.integers(0, 256, (n_per_batch, 3072), dtype=np.uint8),
+                 b"labels": list(rng.integers(0, 10, n_per_batch))}
+        with open(folder / name, "wb") as handle:
+            pickle.dump(batch, handle)
