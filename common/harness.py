@@ -46,11 +46,20 @@ class Prepared:
 
 
 def spec_hash(spec: ModelSpec, dataset: Dataset, plan: Plan, cfg: RunConfig) -> str:
-    """What makes two runs comparable: model, data, and training configuration (not the
-    backend, device count or threads, which are what a comparison varies)."""
+    """What makes two runs comparable: model, data, and the training configuration the user
+    fixed -- not the backend, device count or threads, which are what a comparison varies.
+    With --per-device-batch the user fixed the batch per device (weak scaling), so that, the
+    epochs and the lr rule are hashed instead of the global batch, steps and scaled lr."""
+    optimizer = asdict(plan.optimizer)
+    if plan.batch_mode == "per-device":
+        optimizer["lr"] = cfg.lr
+        training = {"per_device_batch": plan.per_device_batch, "epochs": cfg.epochs,
+                    "steps": cfg.steps, "lr_scaling": cfg.lr_scaling}
+    else:
+        training = {"global_batch": plan.global_batch, "steps": plan.total_steps}
     return sha256_of({"model": spec_dict(spec), "data": dataset.fingerprint(),
-                      "training": {"global_batch": plan.global_batch, "steps": plan.total_steps,
-                                   "optimizer": asdict(plan.optimizer), "seed": cfg.seed}})
+                      "training": {**training, "batch_mode": plan.batch_mode,
+                                   "optimizer": optimizer, "seed": cfg.seed}})
 
 
 def prepare(cfg: RunConfig, shared: Path) -> Prepared:
@@ -185,7 +194,8 @@ def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
         "world_size": plan.world_size, "status": status, "error": error, "seed": cfg.seed,
         "repeat": repeat, "global_batch": plan.global_batch,
         "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
-        "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling, "dataset": cfg.dataset,
+        "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling, "steps": plan.total_steps,
+        "optimizer": asdict(plan.optimizer), "dataset": cfg.dataset,
         "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": asdict(cfg),
         "metrics": metrics, "env": {**machine_env(plan.threads), **framework_env, **extra},
         "duration_s": duration, "notes": described.get("notes", []),

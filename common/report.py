@@ -154,12 +154,11 @@ def _title(sha: str, records: list[dict]) -> str:
     def values(get: Callable[[dict], object], of: list[dict] = records) -> str:
         return "/".join(dict.fromkeys(str(get(r)) for r in of))
 
-    # records have no step count: an ok run's loss curve has one loss per step
-    steps = values(lambda r: len(r["metrics"]["loss_curve"]), [r for r in records if r["metrics"]])
+    steps = values(lambda r: r["steps"])
     return (f"spec {sha[:10]}: model {values(lambda r: r['model'])}, dataset "
             f"{values(lambda r: r['dataset'])}, global batch "
             f"{values(lambda r: r['global_batch'])} ({values(lambda r: r['batch_mode'])} batch "
-            f"fixed), {steps or '?'} steps, lr {values(lambda r: r['lr'])}, seed "
+            f"fixed), {steps} steps, lr {values(lambda r: r['lr'])}, seed "
             f"{values(lambda r: r['seed'])}")
 
 

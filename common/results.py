@@ -28,9 +28,14 @@ def write_record(folder: Path, record: dict) -> Path:
     target = folder / record_name(record["backend"], record["world_size"],
                                   record["spec_sha256"], record["repeat"])
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(record, handle, indent=1)
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(record, handle, indent=1)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; records are meant to be shared
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return target
 
 
