@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from dataclasses import fields
 from pathlib import Path
 
 from .backends import BACKENDS
+from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs
 from .config import RunConfig, UsageError, read_config_file
 from .harness import prepare, run_once
 from .report import render
@@ -21,7 +23,6 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options that map 1:1 onto RunConfig fields; None means 'not given here'."""
     add = parser.add_argument
     add("--config", help="TOML or JSON file with RunConfig keys; options given here win")
-    add("--devices", type=int, help="devices (processes or replicas); default 2 if parallel")
     add("--launcher", help="torch-ddp: torchrun (default) or spawn")
     add("--dataset", help="synthetic (default), digits, cifar10, mnist")
     add("--data-dir", help="folder with the dataset's official files (cifar10, mnist)")
@@ -70,6 +71,26 @@ def cmd_run(args: argparse.Namespace) -> int:
             records.append(record)
     print(render(records))
     return 0 if all(r["status"] == "ok" for r in records) else 1
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .html_report import write_report  # matplotlib, only once the sweep is done
+
+    cfg = config_from_args(args)
+    backends = choose_backends(args.backends, args.framework)
+    configs, skipped = sweep_configs(cfg, backends, parse_device_counts(args.device_counts))
+    for skip in skipped:
+        print(f"skipped {skip.backend} x{skip.devices}: {skip.reason}", file=sys.stderr)
+    if not configs:
+        raise UsageError("nothing to run: every configuration was skipped")
+    paths = run_sweep(configs, Path(cfg.out), args.resume)
+    records = load_records(Path(cfg.out))
+    report_dir = Path(args.report_dir)
+    write_report(records, "html", report_dir / "report.html")
+    print(write_report(records, "md", report_dir / "report.md"), end="")
+    print(f"{len(paths)} record(s) in {cfg.out}; report in {report_dir}", file=sys.stderr)
+    statuses = [json.loads(p.read_text())["status"] for p in paths]
+    return 0 if all(s == "ok" for s in statuses) else 1
 
 
 def cmd_list(_args: argparse.Namespace) -> int:
@@ -121,8 +142,22 @@ def build_parser() -> argparse.ArgumentParser:
         func=cmd_list)
     run = sub.add_parser("run", help="train one backend and write records")
     run.add_argument("backend", help="see 'parbench list'")
+    run.add_argument("--devices", type=int,
+                     help="devices (processes or replicas); default 2 if parallel")
     _add_run_options(run)
     run.set_defaults(func=cmd_run)
+    compare = sub.add_parser("compare", help="run many backends x device counts, then report")
+    compare.add_argument("backends", nargs="*", help="default: every installed backend")
+    compare.add_argument("--devices", dest="device_counts", default="1,2",
+                         help="comma-separated device counts (1,2)")
+    compare.add_argument("--framework", choices=("torch", "tensorflow", "paddle"),
+                         help="only this framework's installed backends")
+    compare.add_argument("--resume", action="store_true",
+                         help="skip runs whose configuration already has an ok record")
+    compare.add_argument("--report-dir", default="results/report",
+                         help="where report.md, report.html and plots go (results/report)")
+    _add_run_options(compare)
+    compare.set_defaults(func=cmd_compare)
     check = sub.add_parser("check", help="validate every record in a folder")
     check.add_argument("dir")
     check.set_defaults(func=cmd_check)

@@ -181,7 +181,8 @@ def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
     described = logs[0].describe if logs else {}
     framework_env = {"framework": plan.backend.framework,
                      "framework_version": described.get("framework_version"),
-                     "device_names": described.get("device_names", []),
+                     "device_names": [name for log in logs or []
+                                      for name in log.describe.get("device_names", [])],
                      "cuda_version": described.get("cuda_version"),
                      "nccl_version": described.get("nccl_version")}
     extra = {k: v for k, v in described.items() if k not in framework_env and k != "notes"}
