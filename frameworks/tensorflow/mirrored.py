@@ -1,0 +1,87 @@
+"""tf-mirrored: ``tf.distribute.MirroredStrategy``, one process driving N devices, custom loop.
+
+On GPUs the replicas are the first N physical GPUs; on CPU they are N logical CPU devices,
+configured before the first TF op. Without them MirroredStrategy reports N replicas and
+silently keeps every one on CPU:0, so the setup checks where each replica's weights really
+live and refuses to train when two share a device; the record lists every replica's device.
+
+Each step the process reads the whole global batch and feeds replica r exactly rows
+``shard_slice(B, N, r)`` (``experimental_distribute_values_from_function``), not a split TF
+chooses. Each replica's loss is its shard's sum over the *global* batch
+(``tf.nn.compute_average_loss``); the optimizer sums gradients across replicas and applies the
+shared SGD rule to every copy; ``strategy.reduce`` sums the losses to the global-batch mean.
+BatchNorm normalises each shard with its own statistics (as torch DDP does without
+SyncBatchNorm) and keeps replica 0's running statistics (as DDP's buffer broadcast does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parbench.batches import eval_slice
+from parbench.job import Job
+from parbench.loop import run_worker
+from parbench.weights import load_weights
+
+from . import runtime
+from .model import build_model, export_weights
+from .runtime import tf
+
+
+class Mirrored:
+    # --- setup: threads, then one device per replica, before any TF op
+    def __init__(self, job: Job):
+        self.threads = runtime.setup_threads(job)
+        devices = runtime.configure_devices(0, job.world_size)
+        # TF's own choices, made explicit for the record: NCCL between GPUs; on CPU, NCCL
+        # does not exist and values are reduced on one device and broadcast back.
+        self.reduction = tf.distribute.NcclAllReduce() if "gpu" in devices[0] \
+            else tf.distribute.ReductionToOneDevice()
+        self.strategy = tf.distribute.MirroredStrategy(devices,
+                                                       cross_device_ops=self.reduction)
+        # --- model: canonical weights in the scope, so each replica holds a mirrored copy
+        self.spec = job.spec
+        with self.strategy.scope():
+            self.model = build_model(self.spec, load_weights(job.weights_path))
+            self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+        self.devices = runtime.checked_replica_devices(self.strategy, self.model)
+        runtime.reset_peak_memory(self.devices)
+        self.step = runtime.make_train_step(self.strategy, self.model, self.optimizer,
+                                            job.global_batch)
+        self.eval_step = runtime.make_eval_step(self.strategy, self.model)
+        # --- data shard: the one process reads every global batch; the step splits it
+        self.rank, self.num_processes = 0, 1
+
+    # --- step: every replica its shard, gradients summed across replicas in the optimizer
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        return runtime.train_step(self.step, self.strategy, x, y, lr)
+
+    # --- eval: the chunk split over the replicas, their counts added up on the host
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+        return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def synchronize(self) -> None:
+        runtime.synchronize(self.devices)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return runtime.peak_device_mb(self.devices)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.model, self.spec)
+
+    def describe(self) -> dict:
+        return runtime.describe(self.devices, cross_device_ops=type(self.reduction).__name__,
+                                **self.threads)
+
+    # --- teardown: nothing to release
+    def teardown(self) -> None:
+        pass
+
+
+def main(job: Job) -> None:
+    strategy = Mirrored(job)
+    run_worker(job, strategy)
+    strategy.teardown()

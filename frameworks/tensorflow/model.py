@@ -1,0 +1,173 @@
+"""Builds the spec's model as a Keras 3 model (TensorFlow backend) and moves canonical weights
+in and out.
+
+Layouts differ from the canonical ones and are converted on load and export: conv kernels are
+HWIO here (OIHW canonical), dense kernels [in, out] (canonical [out, in]). The ResNet takes the
+canonical NCHW batch and transposes it to NHWC, the only layout TF's CPU convolutions accept.
+Padding is explicit and symmetric (``ZeroPadding2D`` + ``valid``), because TF's ``same`` pads
+stride-2 convolutions on one side only. BatchNorm is a small layer of its own: Keras'
+``BatchNormalization`` updates its moving variance with the biased batch variance and calls
+``1 - momentum`` its momentum, while the spec follows torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .runtime import keras, tf
+from parbench.spec import BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, parameters, \
+    resnet_blocks
+
+
+class TorchBatchNorm(keras.layers.Layer):
+    """BatchNorm in the spec's convention: ``running = (1 - m) * running + m * batch``,
+    normalised with the biased batch variance, running variance fed the unbiased one."""
+
+    def __init__(self, spec: BatchNormSpec, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum, self.eps = spec.momentum, spec.eps
+
+    def build(self, input_shape) -> None:
+        shape = (input_shape[-1],)
+        self.gamma = self.add_weight(shape=shape, initializer="ones", name="gamma")
+        self.beta = self.add_weight(shape=shape, initializer="zeros", name="beta")
+        # Replicas normalise with their own shard's statistics (no sync BN, like torch DDP);
+        # only_first_replica then keeps replica 0's running statistics, which is what DDP's
+        # buffer broadcast from rank 0 keeps as well.
+        self.moving_mean = self.add_weight(shape=shape, initializer="zeros", trainable=False,
+                                           aggregation="only_first_replica", name="moving_mean")
+        self.moving_var = self.add_weight(shape=shape, initializer="ones", trainable=False,
+                                          aggregation="only_first_replica", name="moving_var")
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        if not training:
+            return tf.nn.batch_normalization(x, self.moving_mean, self.moving_var, self.beta,
+                                             self.gamma, self.eps)
+        mean, var = tf.nn.moments(x, axes=[0, 1, 2])
+        count = tf.cast(tf.size(x) // tf.shape(x)[-1], x.dtype)
+        m = self.momentum
+        self.moving_mean.assign((1 - m) * self.moving_mean + m * mean)
+        self.moving_var.assign((1 - m) * self.moving_var + m * var * count / (count - 1))
+        return tf.nn.batch_normalization(x, mean, var, self.beta, self.gamma, self.eps)
+
+
+class ConvNorm(keras.layers.Layer):
+    """Symmetric zero padding, conv (bias only without norm), then the spec's BatchNorm."""
+
+    def __init__(self, c_out: int, kernel: int, stride: int, spec: ResNetSpec, **kwargs):
+        super().__init__(**kwargs)
+        self.pad = keras.layers.ZeroPadding2D(kernel // 2, data_format="channels_last")
+        self.conv = keras.layers.Conv2D(c_out, kernel, stride, padding="valid",
+                                        data_format="channels_last",
+                                        use_bias=spec.norm is None)
+        self.bn = None if spec.norm is None else TorchBatchNorm(spec.norm)
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        x = self.conv(self.pad(x))
+        return x if self.bn is None else self.bn(x, training=training)
+
+    def canonical_variables(self, prefix: str) -> dict:
+        named = {f"{prefix}.conv.weight": self.conv.kernel}
+        if self.bn is None:
+            return {**named, f"{prefix}.conv.bias": self.conv.bias}
+        return {**named, f"{prefix}.bn.weight": self.bn.gamma, f"{prefix}.bn.bias": self.bn.beta,
+                f"{prefix}.bn.running_mean": self.bn.moving_mean,
+                f"{prefix}.bn.running_var": self.bn.moving_var}
+
+
+class Block(keras.layers.Layer):
+    def __init__(self, c_out: int, stride: int, projection: bool, spec: ResNetSpec, **kwargs):
+        super().__init__(**kwargs)
+        self.conv1 = ConvNorm(c_out, 3, stride, spec)
+        self.conv2 = ConvNorm(c_out, 3, 1, spec)
+        self.shortcut = ConvNorm(c_out, 1, stride, spec) if projection else None
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        out = self.conv2(tf.nn.relu(self.conv1(x, training=training)), training=training)
+        skip = x if self.shortcut is None else self.shortcut(x, training=training)
+        return tf.nn.relu(out + skip)
+
+    def canonical_variables(self, prefix: str) -> dict:
+        named = {**self.conv1.canonical_variables(f"{prefix}.conv1"),
+                 **self.conv2.canonical_variables(f"{prefix}.conv2")}
+        if self.shortcut is not None:
+            named.update(self.shortcut.canonical_variables(f"{prefix}.shortcut"))
+        return named
+
+
+def _dense_variables(layer: keras.layers.Dense, prefix: str) -> dict:
+    return {f"{prefix}.weight": layer.kernel, f"{prefix}.bias": layer.bias}
+
+
+class ResNet(keras.Model):
+    def __init__(self, spec: ResNetSpec, **kwargs):
+        super().__init__(**kwargs)
+        self.stem = ConvNorm(spec.stem_channels, 3, 1, spec)
+        self.block_names = [name for name, *_ in resnet_blocks(spec)]
+        self.blocks = [Block(c_out, stride, projection, spec)
+                       for _, _, c_out, stride, projection in resnet_blocks(spec)]
+        self.head = keras.layers.Dense(spec.num_classes)
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        x = tf.transpose(x, [0, 2, 3, 1])  # NCHW data -> NHWC, what TF's CPU convs take
+        x = tf.nn.relu(self.stem(x, training=training))
+        for block in self.blocks:
+            x = block(x, training=training)
+        return self.head(tf.reduce_mean(x, axis=[1, 2]))
+
+    def canonical_variables(self) -> dict:
+        named = self.stem.canonical_variables("stem")
+        for name, block in zip(self.block_names, self.blocks):
+            named.update(block.canonical_variables(name))
+        return {**named, **_dense_variables(self.head, "head")}
+
+
+class MLP(keras.Model):
+    def __init__(self, spec: MLPSpec, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = [keras.layers.Dense(width) for width in spec.hidden]
+        self.head = keras.layers.Dense(spec.num_classes)
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        x = tf.reshape(x, [tf.shape(x)[0], -1])  # flattened in NCHW order, as torch does
+        for layer in self.hidden:
+            x = tf.nn.relu(layer(x))
+        return self.head(x)
+
+    def canonical_variables(self) -> dict:
+        named = {}
+        for i, layer in enumerate(self.hidden):
+            named.update(_dense_variables(layer, f"hidden.{i}"))
+        return {**named, **_dense_variables(self.head, "head")}
+
+
+def to_tf_layout(array: np.ndarray, role: str) -> np.ndarray:
+    if role == "conv":
+        return array.transpose(2, 3, 1, 0)  # OIHW -> HWIO
+    return array.T if role == "dense" else array  # [out, in] -> [in, out]
+
+
+def to_canonical_layout(array: np.ndarray, role: str) -> np.ndarray:
+    if role == "conv":
+        return array.transpose(3, 2, 0, 1)  # HWIO -> OIHW
+    return array.T if role == "dense" else array
+
+
+def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> keras.Model:
+    """The spec's model holding the canonical ``weights``; call it inside the strategy's scope
+    so that its variables are the strategy's (mirrored) variables."""
+    model = ResNet(spec) if isinstance(spec, ResNetSpec) else MLP(spec)
+    model(np.zeros((1, *spec.input_shape), np.float32))  # creates the variables
+    named, expected = model.canonical_variables(), parameters(spec)
+    if set(named) != set(weights) or set(named) != set(expected):
+        raise ValueError(f"canonical weights do not fit the TensorFlow model: model has "
+                         f"{sorted(set(named) ^ set(weights))} where the weights differ")
+    for name, variable in named.items():
+        variable.assign(to_tf_layout(np.asarray(weights[name]), expected[name].role))
+    return model
+
+
+def export_weights(model: keras.Model, spec: ModelSpec) -> dict[str, np.ndarray]:
+    roles = {name: param.role for name, param in parameters(spec).items()}
+    return {name: to_canonical_layout(np.array(variable.numpy()), roles[name])
+            for name, variable in model.canonical_variables().items()}
