@@ -9,6 +9,8 @@ import tempfile
 from dataclasses import fields
 from pathlib import Path
 
+from tabulate import tabulate
+
 from .backends import BACKENDS
 from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs
 from .config import RunConfig, UsageError, read_config_file
@@ -93,6 +95,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if all(s == "ok" for s in statuses) else 1
 
 
+def cmd_parity(args: argparse.Namespace) -> int:
+    from .parity import installed_frameworks, run_parity
+
+    frameworks = args.framework or installed_frameworks()
+    if "torch" not in installed_frameworks():
+        raise UsageError("parity compares against torch, which is not installed here")
+    unknown = [b for b in args.strategies if b not in BACKENDS]
+    if unknown:
+        raise UsageError(f"unknown backend(s) {', '.join(unknown)}; see 'parbench list'")
+    with tempfile.TemporaryDirectory(prefix="parbench-parity-") as folder:
+        checks = run_parity(frameworks, args.strategies, Path(folder))
+    rows = [[c.framework, c.check, f"{c.max_rel_diff:.2e}", f"{c.tolerance:.0e}",
+             "ok" if c.ok else "OUT OF TOLERANCE"] for c in checks]
+    print(tabulate(rows, headers=("compared", "check", "max rel diff", "tolerance", "result"),
+                   tablefmt="github"))
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def cmd_list(_args: argparse.Namespace) -> int:
     for backend in BACKENDS.values():
         reason = backend.missing_reason()
@@ -158,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="where report.md, report.html and plots go (results/report)")
     _add_run_options(compare)
     compare.set_defaults(func=cmd_compare)
+    parity = sub.add_parser("parity", help="cross-framework checks against torch")
+    parity.add_argument("--framework", action="append",
+                        choices=("torch", "tensorflow", "paddle"),
+                        help="check only this framework (repeatable); default: all installed")
+    parity.add_argument("--strategies", nargs="*", default=[], metavar="BACKEND",
+                        help="also check these parallel backends on 2 devices vs single")
+    parity.set_defaults(func=cmd_parity)
     check = sub.add_parser("check", help="validate every record in a folder")
     check.add_argument("dir")
     check.set_defaults(func=cmd_check)

@@ -35,6 +35,7 @@ FORWARD_CASES = (("resnet", "train"), ("resnet", "eval"), ("resnet-nonorm", "tra
                  ("mlp", "train"))
 FRAMEWORKS = ("torch", "tensorflow", "paddle")
 REFERENCE = "torch"
+SINGLE_PREFIX = {"torch": "torch", "tensorflow": "tf", "paddle": "paddle"}  # <prefix>-single
 
 
 @dataclass
@@ -128,4 +129,38 @@ def compare_runs(label: str, reference: tuple[dict, dict], other: tuple[dict, di
     worst = max(relative_difference(ref_weights[k], weights.get(k, np.empty(0)))
                 for k in ref_weights)
     checks.append(Comparison(label, "final weights (worst tensor)", worst, tolerance))
+    return checks
+
+
+def installed_frameworks() -> list[str]:
+    from .backends import BACKENDS  # registry lookups only; nothing is imported
+
+    return [fw for fw in FRAMEWORKS
+            if BACKENDS[f"{SINGLE_PREFIX[fw]}-single"].missing_reason() is None]
+
+
+def run_parity(frameworks: list[str], strategies: list[str], folder: Path) -> list[Comparison]:
+    """Forward cases and 10-step trajectories of each framework against torch, then each
+    listed parallel backend on 2 devices against its own framework's single device."""
+    checks: list[Comparison] = []
+    singles = {REFERENCE: run_trajectory("torch-single", folder / "trajectory")}
+    for framework in frameworks:
+        if framework == REFERENCE:
+            continue
+        for model, mode in FORWARD_CASES:
+            checks += compare_forward(framework, model, mode, folder / f"{model}-{mode}")
+        single = f"{SINGLE_PREFIX[framework]}-single"
+        singles[framework] = run_trajectory(single, folder / "trajectory")
+        checks += compare_runs(f"{single} vs torch-single", singles[REFERENCE],
+                               singles[framework])
+    for backend in strategies:
+        framework = next(fw for fw, prefix in SINGLE_PREFIX.items()
+                         if backend.startswith(prefix + "-"))
+        if framework not in singles:
+            singles[framework] = run_trajectory(f"{SINGLE_PREFIX[framework]}-single",
+                                                folder / "trajectory")
+        checks += compare_runs(f"{backend} x2 vs {SINGLE_PREFIX[framework]}-single",
+                               singles[framework],
+                               run_trajectory(backend, folder / "strategies", devices=2),
+                               STRATEGY_TOLERANCE)
     return checks
