@@ -23,9 +23,10 @@ class BatchNorm(nn.BatchNorm2D):
     """Paddle's BatchNorm2D in the spec's (torch) convention.
 
     Paddle's momentum weighs the old running value (``1 - `` the spec's), and its kernel
-    updates ``_variance`` with the *biased* batch variance; the spec wants the unbiased one.
-    The kernel still does the normalisation (biased variance, as the spec says); only the
-    running-variance update is redone here, from the value it had before the pass.
+    updates the running variance with the *biased* batch variance; the spec wants the unbiased
+    one. The kernel still normalises (with the biased variance, as the spec says), but it gets
+    copies of the running statistics: it updates them in place and its backward checks that
+    nobody else did. The layer's own statistics are then set from the copies by the spec's rule.
     """
 
     def __init__(self, channels: int, spec: BatchNormSpec):
@@ -35,13 +36,17 @@ class BatchNorm(nn.BatchNorm2D):
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         if not self.training:
             return super().forward(x)
+        running_mean, running_var = self._mean.clone(), self._variance.clone()
+        out = F.batch_norm(x, running_mean, running_var, self.weight, self.bias, training=True,
+                           momentum=self._momentum, epsilon=self._epsilon)
         with paddle.no_grad():
-            unbiased = paddle.var(x, axis=[0, 2, 3], unbiased=True)
-            running_var = (1.0 - self.spec_momentum) * self._variance \
-                + self.spec_momentum * unbiased
-        out = super().forward(x)
-        with paddle.no_grad():
-            paddle.assign(running_var, self._variance)
+            # by hand: paddle.var divides int64 counts and warns about the type promotion
+            count = x.shape[0] * x.shape[2] * x.shape[3]
+            centred = x - x.mean(axis=[0, 2, 3], keepdim=True)
+            unbiased = (centred * centred).sum(axis=[0, 2, 3]) / (count - 1)
+            paddle.assign(running_mean, self._mean)  # the kernel's update is the spec's here
+            paddle.assign((1.0 - self.spec_momentum) * self._variance
+                          + self.spec_momentum * unbiased, self._variance)
         return out
 
 

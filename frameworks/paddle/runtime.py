@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import paddle
+import paddle.distributed as dist
 import paddle.nn.functional as F
 from paddle import nn
 
@@ -39,9 +40,12 @@ def has_gpu() -> bool:
     return paddle.device.cuda.device_count() > 0
 
 
-def use_device(index: int) -> str:
-    """Make ``gpu:index`` (or the CPU, on a machine without one) the current device."""
-    device = f"gpu:{index}" if has_gpu() else "cpu"
+def use_device(distributed: bool) -> str:
+    """Make this process's GPU (the launcher's choice when distributed) or the CPU current."""
+    if not has_gpu():
+        device = "cpu"
+    else:  # ParallelEnv's device_id is only defined when the launcher selected GPUs
+        device = f"gpu:{dist.ParallelEnv().device_id if distributed else 0}"
     paddle.set_device(device)
     return device
 

@@ -16,7 +16,7 @@ class SingleDevice:
     # --- setup: threads and the one device
     def __init__(self, job: Job):
         runtime.setup_threads(job)
-        self.device = runtime.use_device(0)
+        self.device = runtime.use_device(distributed=False)
         runtime.reset_peak_memory([self.device])
         # --- model: canonical weights, the shared SGD rule
         self.model = build_model(job.spec, load_weights(job.weights_path))

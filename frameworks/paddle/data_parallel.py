@@ -1,0 +1,70 @@
+"""The strategy behind paddle-spawn and paddle-launch: ``paddle.DataParallel``, one process per
+device.
+
+Both launchers leave the rendezvous facts in the environment (PADDLE_TRAINER_ID,
+PADDLE_TRAINERS_NUM, endpoints on 127.0.0.1) and ``init_parallel_env`` reads them: gloo on CPU,
+NCCL on GPUs. Each process feeds only its contiguous part of every global batch; the loss is the
+mean over that part and DataParallel averages gradients across processes during backward, which
+equals the gradient of the global-batch mean because all parts have the same size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import paddle.distributed as dist
+
+from parbench.job import Job
+from parbench.weights import load_weights
+
+from . import runtime
+from .model import build_model, export_weights, model_notes
+
+
+class DataParallelStrategy:
+    # --- setup: one process group, one device per process
+    def __init__(self, job: Job):
+        runtime.setup_threads(job)
+        dist.init_parallel_env()
+        if dist.get_world_size() != job.world_size:
+            raise RuntimeError(f"the launcher started {dist.get_world_size()} processes, "
+                               f"the job asks for {job.world_size}")
+        self.device = runtime.use_device(distributed=True)
+        runtime.reset_peak_memory([self.device])
+        # --- model: every rank loads the same canonical weights; DataParallel also broadcasts
+        # rank 0's
+        self.module = build_model(job.spec, load_weights(job.weights_path))
+        self.model = paddle.DataParallel(self.module)
+        self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
+        self.notes = model_notes(job.spec)
+        # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
+        self.rank, self.num_processes = dist.get_rank(), job.world_size
+
+    # --- step: gradients are all-reduced (averaged) inside backward()
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        return runtime.train_step(self.model, self.optimizer, x, y, lr)
+
+    # --- eval: each rank scores its part of the test set, then the counts are summed
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+        return runtime.evaluate(self.module, x, y)
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        tensor = paddle.to_tensor(values, dtype="float64")
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.numpy()
+
+    def synchronize(self) -> None:
+        runtime.synchronize(self.device)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return runtime.peak_device_mb([self.device])
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.module)
+
+    def describe(self) -> dict:
+        return runtime.describe([self.device], self.notes, process_group=dist.get_backend())
+
+    # --- teardown
+    def teardown(self) -> None:
+        dist.destroy_process_group()

@@ -1,0 +1,36 @@
+"""paddle-launch: ``python -m paddle.distributed.launch`` starts this worker once per device.
+
+The launcher writes each rank's output to ``workerlog.N`` in its log folder (the harness puts
+error tails from there into the record) and, next to it, dumps of the whole environment, which
+can hold secrets: ``envlog.N``, ``backup_env.N.json`` and, from the launcher's pod,
+``<job id>.<pod name>.log``. Each rank deletes them as soon as its process group is up (rank
+N's backup is read lazily by Paddle until then).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from parbench.job import Job
+from parbench.loop import run_worker
+
+from .data_parallel import DataParallelStrategy
+
+WORKER_LOG = "workerlog."  # the launcher's per-rank output files: kept
+
+
+def remove_environment_dumps(log_dir: Path, rank: int) -> None:
+    """Delete this rank's environment dumps; rank 0 also the pod's (written before any rank)."""
+    dumps = [log_dir / f"envlog.{rank}", log_dir / f"backup_env.{rank}.json"]
+    if rank == 0:
+        dumps += [p for p in log_dir.glob("*.log") if not p.name.startswith(WORKER_LOG)]
+    for path in dumps:
+        path.unlink(missing_ok=True)
+
+
+def main(job: Job) -> None:
+    strategy = DataParallelStrategy(job)
+    remove_environment_dumps(Path(os.environ["PADDLE_LOG_DIR"]), strategy.rank)
+    run_worker(job, strategy)
+    strategy.teardown()
