@@ -36,8 +36,11 @@ def command(launcher: str, job_path: Path, world_size: int) -> list[str]:
     if launcher == "paddle-launch":
         script = importlib.util.find_spec("parbench.worker").origin
         # --host: without it the launcher hands workers the store at the address the hostname
-        # resolves to, which on most machines is not loopback
-        return [sys.executable, "-m", "paddle.distributed.launch",
+        # resolves to, which on most machines is not loopback. Unset: FLAGS_print_launcher_env
+        # makes the launcher print a failed worker's whole environment (into the record's error
+        # tail), and PADDLE_LOG_DIR would override --log_dir.
+        return ["env", "-u", "FLAGS_print_launcher_env", "-u", "PADDLE_LOG_DIR",
+                sys.executable, "-m", "paddle.distributed.launch",
                 f"--nproc_per_node={world_size}", f"--master={LOCALHOST}:{free_port()}",
                 f"--host={LOCALHOST}", f"--log_dir={job_path.parent / 'launch-log'}", script,
                 str(job_path)]
