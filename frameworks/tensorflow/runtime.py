@@ -94,11 +94,13 @@ class SharedSGD(keras.optimizers.Optimizer):
         self.assign_sub(variable, lr * buf)
 
 
-def sgd(model: keras.Model, spec: OptimizerSpec) -> SharedSGD:
+def sgd(model: keras.Model, spec: OptimizerSpec, learning_rate=None) -> SharedSGD:
     """The shared rule, its buffers created now: call inside the strategy's scope, so they are
     mirrored like the weights (a first build inside a compiled step would be in replica
-    context, where variables cannot be created)."""
-    optimizer = SharedSGD(spec.momentum, spec.weight_decay, spec.lr)
+    context, where variables cannot be created). ``learning_rate``: a schedule for fit; the
+    custom loops assign each step's rate instead."""
+    optimizer = SharedSGD(spec.momentum, spec.weight_decay,
+                          spec.lr if learning_rate is None else learning_rate)
     optimizer.build(model.trainable_variables)
     return optimizer
 

@@ -1,0 +1,76 @@
+"""The ``tf-config`` launcher: starts one ``python -m parbench.worker`` process per worker, each
+with its ``TF_CONFIG``, and supervises them. It never imports TensorFlow (10 s and hundreds of
+MiB for a process that only waits).
+
+TensorFlow has no launcher of its own: each worker reads the cluster (``127.0.0.1:PORT`` of every
+worker) and its own index from ``TF_CONFIG``. A worker that dies leaves its peers blocked in a
+collective, so the first worker to fail takes the others down with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from parbench.job import Job
+from parbench.launchers import LOCALHOST, free_port
+
+WORKER_ENV = "PARBENCH_TF_WORKER"  # the worker's index; absent in the supervising process
+POLL_S = 0.1
+
+
+def worker_index() -> int | None:
+    """This process's worker index, or None in the supervising process."""
+    value = os.environ.get(WORKER_ENV)
+    return None if value is None else int(value)
+
+
+def _env(job: Job, index: int, workers: list[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env[WORKER_ENV] = str(index)
+    env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
+                                   "task": {"type": "worker", "index": index}})
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if job.verbose else "2")
+    return env
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+    for process in processes:
+        process.wait()
+
+
+def _supervise(processes: list[subprocess.Popen]) -> None:
+    """Return once every worker exited 0; raise at the first failure, the others killed."""
+    try:
+        while True:
+            codes = [process.poll() for process in processes]
+            for index, code in enumerate(codes):
+                if code is not None and code != 0:
+                    how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+                    raise RuntimeError(f"tf-config: worker {index} {how}; stopped the others")
+            if all(code == 0 for code in codes):
+                return
+            time.sleep(POLL_S)
+    finally:
+        _stop(processes)
+
+
+def run(job: Job) -> None:
+    """Start the job's workers on this machine and wait for them; RuntimeError if one fails."""
+    workers = [f"{LOCALHOST}:{free_port()}" for _ in range(job.world_size)]
+    command = [sys.executable, "-m", "parbench.worker", str(job.path / "job.json")]
+    processes = []
+    try:
+        for index in range(job.world_size):
+            processes.append(subprocess.Popen(command, env=_env(job, index, workers),
+                                              stdin=subprocess.DEVNULL))
+    except BaseException:
+        _stop(processes)
+        raise
+    _supervise(processes)

@@ -1,0 +1,192 @@
+"""tf-mirrored-keras: ``MirroredStrategy`` through Keras ``model.fit``, how most TF users write
+data-parallel training. Devices, model, optimizer and the replica-device check are tf-mirrored's.
+
+What fit changes, and how the contract still holds:
+
+* Data: fit reads a ``tf.data`` pipeline, not the loop's arrays. It is built with
+  ``distribute_datasets_from_function``: the one input pipeline yields, for every global batch
+  of ``parbench.batches.schedule`` in order, its N shards ``shard_slice(B, N, r)``, and the
+  strategy deals pipeline elements to replicas round robin, so replica r trains on exactly the
+  rows the custom loop gives it (checked by the BatchNorm equivalence test, where a different
+  split would change the batch statistics).
+* Learning rate: a schedule indexed by the optimizer's step counter, holding
+  ``parbench.optim.lr_at`` of every step.
+* Loss: Keras' own (each replica's shard mean divided by N, what the custom loop computes
+  as the shard's sum over the global batch). The train step is Keras' default, except that it
+  reports each step's loss; the default reports the epoch's running mean.
+* Bookkeeping: fit owns the loop, so ``run_worker`` cannot drive it. A callback does per step
+  what ``run_worker`` does (fault injection, timings, losses, progress, evaluation at every
+  epoch end with the loop's own ``_evaluate``) and the loop's ``_finish`` writes rank0.json.
+  A step is timed from fit's batch-begin to batch-end hook; that includes taking the next
+  batch from the prefetched pipeline, which the custom loops do outside the timed region.
+
+MultiWorkerMirroredStrategy + Keras 3 fit fails upstream (keras-team/keras#20585), so this
+backend takes only the ``python`` launcher; ``--launcher tf-config`` is refused up front.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import numpy as np
+
+from parbench.batches import eval_slice, schedule, shard_slice, steps_per_epoch
+from parbench.data import Dataset
+from parbench.job import Job
+from parbench.loop import RankLog, _evaluate, _fault, _finish, _Progress
+from parbench.optim import lr_at
+from parbench.weights import load_weights
+
+from . import runtime
+from .model import build_model, export_weights
+from .runtime import keras, tf
+
+
+class StepRates(keras.optimizers.schedules.LearningRateSchedule):
+    """The common schedule's rate of every step, looked up by the optimizer's step count."""
+
+    def __init__(self, rates: list[float]):
+        self.rates = tf.constant(rates, tf.float32)
+
+    def __call__(self, step: tf.Tensor) -> tf.Tensor:
+        return tf.gather(self.rates, tf.minimum(step, len(self.rates) - 1))
+
+
+class StepLossModel(keras.Model):
+    """Wraps the spec's model for fit: Keras' default train step, reporting this step's loss."""
+
+    def __init__(self, net: keras.Model):
+        super().__init__()
+        self.net = net
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return self.net(x, training=training)
+
+    def train_step(self, data: tuple) -> dict:
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True), training=True)
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables),
+                             self.trainable_variables)
+        # fit averages what replicas return: the shard means average to the global mean
+        return {"loss": loss * self.distribute_strategy.num_replicas_in_sync}
+
+
+class MirroredKeras:
+    # --- setup: threads, then one device per replica, before any TF op
+    def __init__(self, job: Job):
+        self.job, self.threads = job, runtime.setup_threads(job)
+        devices = runtime.configure_devices(0, job.world_size)
+        self.reduction = tf.distribute.NcclAllReduce() if "gpu" in devices[0] \
+            else tf.distribute.ReductionToOneDevice()
+        self.strategy = tf.distribute.MirroredStrategy(devices,
+                                                       cross_device_ops=self.reduction)
+        # --- model: compiled in the scope with the shared SGD rule and the common schedule
+        self.spec = job.spec
+        rates = [lr_at(step, job.total_steps, job.optimizer_spec)
+                 for step in range(job.total_steps)]
+        with self.strategy.scope():
+            self.net = build_model(self.spec, load_weights(job.weights_path))
+            self.model = StepLossModel(self.net)
+            self.model.compile(
+                optimizer=runtime.sgd(self.net, job.optimizer_spec, StepRates(rates)),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                jit_compile=False, steps_per_execution=1)  # the custom loops' graph: no XLA
+        self.devices = runtime.checked_replica_devices(self.strategy, self.net)
+        runtime.reset_peak_memory(self.devices)
+        self.eval_step = runtime.make_eval_step(self.strategy, self.net)
+        # --- data shard: one pipeline, every global batch as its N shards in replica order
+        self.rank, self.num_processes = 0, 1
+        self.data = Dataset.load(job.data_path, job.dataset, job.num_classes)
+        self.dataset = self.strategy.distribute_datasets_from_function(self._pipeline)
+
+    def _shards(self):
+        job, n = self.job, self.job.world_size
+        for step in schedule(job.seed, len(self.data.y_train), job.global_batch,
+                             job.total_steps):
+            for replica in range(n):
+                rows = step.indices[shard_slice(job.global_batch, n, replica)]
+                yield self.data.x_train[rows], self.data.y_train[rows]
+
+    def _pipeline(self, _context: tf.distribute.InputContext) -> tf.data.Dataset:
+        rows = self.job.global_batch // self.job.world_size
+        signature = (tf.TensorSpec((rows, *self.spec.input_shape), tf.float32),
+                     tf.TensorSpec((rows,), tf.int64))
+        shards = tf.data.Dataset.from_generator(self._shards, output_signature=signature)
+        return shards.prefetch(2 * self.job.world_size)  # the next global batch, ready
+
+    # --- step: fit runs Keras' train step on every replica; StepLog times it
+    def train(self) -> RankLog:
+        log = StepLog(self)
+        self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.job.total_steps,
+                       callbacks=[log], verbose=2 if self.job.verbose else 0)
+        return log.finish()
+
+    # --- eval: the chunk split over the replicas, their counts added up on the host
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+        return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def synchronize(self) -> None:
+        runtime.synchronize(self.devices)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return runtime.peak_device_mb(self.devices)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.net, self.spec)
+
+    def describe(self) -> dict:
+        return runtime.describe(self.devices, cross_device_ops=type(self.reduction).__name__,
+                                keras_fit=True, **self.threads)
+
+    # --- teardown: nothing to release
+    def teardown(self) -> None:
+        pass
+
+
+class StepLog(keras.callbacks.Callback):
+    """run_worker's per-step bookkeeping, driven by fit's batch hooks."""
+
+    def __init__(self, strategy: MirroredKeras):
+        super().__init__()
+        job = strategy.job
+        self.strategy, self.job, self.train_s = strategy, job, 0.0
+        self.per_epoch = steps_per_epoch(len(strategy.data.y_train), job.global_batch)
+        self.log = RankLog(rank=0, rows=job.global_batch)
+        self.progress, self.start = _Progress(job, 0), 0.0
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        _fault(0, batch)
+        if batch == 0:
+            self.log.first_step_start = time.time()
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        # fit fetched the loss to Python before calling this hook: the step has finished
+        self.strategy.synchronize()
+        elapsed = time.perf_counter() - self.start
+        self.log.step_s.append(elapsed)
+        self.log.losses.append(float(logs["loss"]))
+        self.train_s += elapsed
+        self.progress.update(batch + 1)
+        if (batch + 1) % self.per_epoch == 0 or batch == self.job.total_steps - 1:
+            self.log.evals.append(_evaluate(self.strategy, self.strategy.data, batch,
+                                            self.train_s))
+
+    def finish(self) -> RankLog:
+        self.progress.update(self.job.total_steps, force=True)
+        self.log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        self.log.peak_device_mb = self.strategy.peak_device_mb()
+        self.log.describe = self.strategy.describe()
+        _finish(self.job, self.strategy, self.log)
+        return self.log
+
+
+def main(job: Job) -> None:
+    strategy = MirroredKeras(job)
+    strategy.train()
+    strategy.teardown()

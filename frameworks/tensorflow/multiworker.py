@@ -1,0 +1,91 @@
+"""tf-multiworker: ``MultiWorkerMirroredStrategy``, one process per device, custom loop.
+
+Launched by ``tf-config`` (see cluster.py): the harness starts one process, which starts the
+workers, each with ``TF_CONFIG`` naming every worker at ``127.0.0.1:PORT``. Collectives use
+RING on CPU and NCCL on GPUs. Each worker feeds only its contiguous part of every global batch;
+its loss is that part's sum over the *global* batch, so the gradients the strategy sums across
+workers are those of the global-batch mean. Each worker reports the global-batch loss
+(``strategy.reduce``, the TF idiom), which leaves the harness's row-weighted mean unchanged.
+
+Keras 3 ``model.fit`` fails under this strategy (keras-team/keras#20585: "Attempt to convert a
+value (PerReplica...)"), so there is no fit variant here: tf-mirrored-keras accepts only the
+``python`` launcher, and asking it for ``tf-config`` is refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parbench.batches import eval_slice
+from parbench.job import Job
+from parbench.loop import run_worker
+from parbench.weights import load_weights
+
+from . import cluster
+
+if cluster.worker_index() is not None:  # the supervising process never imports TensorFlow
+    from . import runtime
+    from .model import build_model, export_weights
+    from .runtime import tf
+
+
+class MultiWorker:
+    # --- setup: threads, this worker's device, then the cluster from TF_CONFIG
+    def __init__(self, job: Job, index: int):
+        self.threads = runtime.setup_threads(job)
+        devices = runtime.configure_devices(index, 1)
+        implementation = tf.distribute.experimental.CommunicationImplementation
+        self.communication = implementation.NCCL if "gpu" in devices[0] else implementation.RING
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=self.communication))
+        # --- model: every worker loads the same canonical weights (TF also broadcasts task 0's)
+        self.spec = job.spec
+        with self.strategy.scope():
+            self.model = build_model(self.spec, load_weights(job.weights_path))
+            self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+        self.devices = runtime.checked_replica_devices(self.strategy, self.model)
+        runtime.reset_peak_memory(self.devices)
+        self.step = runtime.make_train_step(self.strategy, self.model, self.optimizer,
+                                            job.global_batch)
+        self.eval_step = runtime.make_eval_step(self.strategy, self.model)
+        # --- data shard: this worker's contiguous part of each global batch
+        self.rank, self.num_processes = index, job.world_size
+
+    # --- step: gradients summed across workers (collective all-reduce) in the optimizer
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        return runtime.train_step(self.step, self.strategy, x, y, lr)
+
+    # --- eval: each worker scores its part of the test set, then the counts are summed
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+        return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return runtime.all_reduce_sum(self.strategy, values)
+
+    def synchronize(self) -> None:
+        runtime.synchronize(self.devices)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return runtime.peak_device_mb(self.devices)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.model, self.spec)
+
+    def describe(self) -> dict:
+        return runtime.describe(self.devices, communication=self.communication.name,
+                                **self.threads)
+
+    # --- teardown: TF has no call to leave the cluster; the process exits
+    def teardown(self) -> None:
+        pass
+
+
+def main(job: Job) -> None:
+    index = cluster.worker_index()
+    if index is None:
+        cluster.run(job)
+        return
+    strategy = MultiWorker(job, index)
+    run_worker(job, strategy)
+    strategy.teardown()
