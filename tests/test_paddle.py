@@ -151,6 +151,16 @@ def test_run_records_and_leaves_no_environment_dump(tmp_path, backend, during_ru
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret in p.read_text()]
 
 
+def test_one_process_data_parallel_runs(tmp_path):
+    """--devices 1 is the first point of every scaling sweep; Paddle has no process group then."""
+    result = parbench("run", "paddle-launch", "--devices", "1", "--dataset", DATASET, "--steps",
+                      "2", "--global-batch", "32", "--out", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (record,) = records_in(tmp_path)
+    assert record["status"] == "ok" and record["env"]["process_group"] is None
+    assert any("no process group" in note for note in record["notes"])
+
+
 @pytest.mark.parametrize("backend", ["paddle-spawn", "paddle-launch"])
 @pytest.mark.parametrize("kind", ["crash", "exit"])
 def test_failed_worker_fails_the_run_quickly(tmp_path, backend, kind):

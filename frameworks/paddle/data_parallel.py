@@ -29,6 +29,8 @@ class DataParallelStrategy:
         if dist.get_world_size() != job.world_size:
             raise RuntimeError(f"the launcher started {dist.get_world_size()} processes, "
                                f"the job asks for {job.world_size}")
+        # With one process Paddle creates no process group and DataParallel passes through
+        self.grouped = job.world_size > 1
         self.device = runtime.use_device(distributed=True)
         runtime.reset_peak_memory([self.device])
         # --- model: every rank loads the same canonical weights; DataParallel also broadcasts
@@ -36,7 +38,8 @@ class DataParallelStrategy:
         self.module = build_model(job.spec, load_weights(job.weights_path))
         self.model = paddle.DataParallel(self.module)
         self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
-        self.notes = model_notes(job.spec)
+        self.notes = model_notes(job.spec) + ([] if self.grouped else [
+            "one process: Paddle sets up no process group, DataParallel passes through"])
         # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
         self.rank, self.num_processes = dist.get_rank(), job.world_size
 
@@ -49,6 +52,8 @@ class DataParallelStrategy:
         return runtime.evaluate(self.module, x, y)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        if not self.grouped:
+            return values
         tensor = paddle.to_tensor(values, dtype="float64")
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor.numpy()
@@ -63,8 +68,10 @@ class DataParallelStrategy:
         return export_weights(self.module)
 
     def describe(self) -> dict:
-        return runtime.describe([self.device], self.notes, process_group=dist.get_backend())
+        return runtime.describe([self.device], self.notes,
+                                process_group=dist.get_backend() if self.grouped else None)
 
     # --- teardown
     def teardown(self) -> None:
-        dist.destroy_process_group()
+        if self.grouped:
+            dist.destroy_process_group()
