@@ -24,9 +24,10 @@ class BatchNorm(nn.BatchNorm2D):
 
     Paddle's momentum weighs the old running value (``1 - `` the spec's), and its kernel
     updates the running variance with the *biased* batch variance; the spec wants the unbiased
-    one. The kernel still normalises (with the biased variance, as the spec says), but it gets
-    copies of the running statistics: it updates them in place and its backward checks that
-    nobody else did. The layer's own statistics are then set from the copies by the spec's rule.
+    one. The kernel still normalises (with the biased variance, as the spec says), but on
+    copies of the running statistics: it updates what it is given in place, and its backward
+    refuses tensors changed again after the forward pass. The layer's own statistics are then
+    set by the spec's rule.
     """
 
     def __init__(self, channels: int, spec: BatchNormSpec):
