@@ -23,7 +23,7 @@ from .config import Plan, RunConfig, UsageError, resolve
 from .data import Dataset, DatasetError, load_dataset
 from .envinfo import machine_env
 from .job import Job
-from .launchers import LOCALHOST, command
+from .launchers import command
 from .loop import RankLog
 from .results import SCHEMA_VERSION, aggregate
 from .spec import ModelSpec, build_spec, sha256_of, spec_dict
@@ -77,12 +77,19 @@ def prepare(cfg: RunConfig, shared: Path) -> Prepared:
     return Prepared(cfg, plan, dataset, spec, spec_hash(spec, dataset, plan, cfg), shared)
 
 
+# Variables the launchers set themselves; one inherited from the user's shell would silently
+# override our command line (Paddle's launcher reads PADDLE_* and MASTER_* before its flags).
+LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+                      "TF_CONFIG")
+LAUNCHER_PREFIXES = ("PADDLE_", "TORCHELASTIC_")
+
+
 def worker_env(plan: Plan) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_PREFIXES)}
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(plan.threads)  # torchrun would otherwise force 1, mp.spawn leave all
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local runs: collectives stay on loopback
-    env["MASTER_ADDR"] = LOCALHOST
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -126,13 +133,15 @@ def _show_progress(bar: tqdm, path: Path) -> None:
 
 
 def _error_tail(workdir: Path) -> str:
-    """The first worker traceback (the cause), then the end of what the processes printed."""
+    """The first worker traceback (the cause), then the end of each worker log, then the end
+    of the launcher's own output (which says which rank died and how)."""
     errors = sorted((workdir / "errors").glob("*.txt"))
-    cause = errors[0].read_text(errors="replace")[-ERROR_TAIL_CHARS:] if errors else ""
-    logs = [workdir / "output.log", *sorted((workdir / "launch-log").glob("workerlog.*"))]
-    text = "\n".join(p.read_text(errors="replace") for p in logs if p.is_file())
-    tail = text[-ERROR_TAIL_CHARS:].strip() or "(the workers printed nothing)"
-    return f"{cause}\n--- output tail ---\n{tail}" if cause else tail
+    parts = [errors[0].read_text(errors="replace")[-ERROR_TAIL_CHARS:]] if errors else []
+    for log in [*sorted((workdir / "launch-log").glob("workerlog.*")), workdir / "output.log"]:
+        text = log.read_text(errors="replace").strip() if log.is_file() else ""
+        if text:
+            parts.append(f"--- {log.name} ---\n{text[-ERROR_TAIL_CHARS // 2:]}")
+    return "\n".join(parts) or "(the workers printed nothing)"
 
 
 def _rank_logs(workdir: Path, count: int) -> list[RankLog] | None:

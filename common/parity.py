@@ -107,9 +107,16 @@ def compare_forward(framework: str, model: str, mode: str, folder: Path) -> list
 
 
 def run_trajectory(backend: str, folder: Path, steps: int = 10, **overrides) -> tuple[dict, dict]:
-    """(record, final weights) of ``steps`` steps of ``backend`` on the no-norm model."""
-    cfg = RunConfig(backend=backend, model="resnet-nonorm", steps=steps, global_batch=32,
-                    schedule="constant", out=str(folder), timeout=600, **overrides)
+    """(record, final weights) of ``steps`` steps of ``backend`` on the no-norm model.
+
+    On ``digits``, not the 32x32 synthetic set: there some ReLU input sits within fp32 rounding
+    of zero every few steps, and which side it lands on moves the weights by ~1e-4 -- torch
+    against itself from weights perturbed by 1e-7 ends 3.7e-4 apart after 10 steps. On digits
+    every perturbation tried stays under 2e-6, so a difference above tolerance is a real one.
+    """
+    settings = dict(model="resnet-nonorm", dataset="digits", steps=steps, global_batch=32,
+                    schedule="constant", timeout=600)
+    cfg = RunConfig(backend=backend, out=str(folder), **{**settings, **overrides})
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="parbench-parity-") as shared:
         prepared = prepare(cfg, Path(shared))
