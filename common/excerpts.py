@@ -16,8 +16,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-MARKER = re.compile(r"<!-- excerpt: (?P<path>[\w./-]+)(?:#(?P<section>[\w ]+)|::(?P<name>\w+)) -->"
-                    r"\n```python\n(?P<body>.*?)```", re.S)
+MARKER = re.compile(r"<!-- excerpt: (?P<path>[\w./-]+)"
+                    r"(?:#(?P<section>[\w ]+)|::(?P<name>\w+)) -->\n```python\n(?P<body>.*?)```",
+                    re.S)
 
 
 def _section(lines: list[str], section: str, path: str) -> str:

@@ -1,0 +1,45 @@
+"""docs/porting.md quotes the strategy files verbatim; this fails when a quote goes stale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from parbench.excerpts import MARKER, refresh
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "porting.md"
+
+
+def test_every_excerpt_matches_its_source():
+    _, stale = refresh(DOC, ROOT)
+    assert stale == [], "run: python -m parbench.excerpts docs/porting.md"
+
+
+def test_the_reference_quotes_every_framework():
+    paths = [m["path"] for m in MARKER.finditer(DOC.read_text())]
+    for framework in ("torch", "tensorflow", "paddle"):
+        assert sum(p.startswith(f"frameworks/{framework}/") for p in paths) >= 8
+
+
+def test_a_changed_source_makes_its_excerpt_stale(tmp_path):
+    source = tmp_path / "strategy.py"
+    source.write_text("class S:\n    # --- step: one\n    def step(self):\n        return 1\n\n"
+                      "    # --- eval\n    def ev(self):\n        return 2\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- excerpt: strategy.py#step -->\n```python\n```\n")
+    text, stale = refresh(doc, tmp_path)
+    assert len(stale) == 1 and "return 1" in text and "return 2" not in text
+    doc.write_text(text)
+    assert refresh(doc, tmp_path)[1] == []
+    source.write_text(source.read_text().replace("return 1", "return 3"))
+    assert len(refresh(doc, tmp_path)[1]) == 1
+
+
+def test_a_missing_section_is_an_error(tmp_path):
+    (tmp_path / "s.py").write_text("x = 1\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- excerpt: s.py#setup -->\n```python\n```\n")
+    with pytest.raises(ValueError, match="'# --- setup' markers"):
+        refresh(doc, tmp_path)
