@@ -45,7 +45,7 @@ def _stop(processes: list[subprocess.Popen]) -> None:
         process.wait()
 
 
-def _supervise(processes: list[subprocess.Popen]) -> None:
+def supervise(processes: list[subprocess.Popen]) -> None:
     """Return once every worker exited 0; raise at the first failure, the others killed."""
     try:
         while True:
@@ -73,4 +73,4 @@ def run(job: Job) -> None:
     except BaseException:
         _stop(processes)
         raise
-    _supervise(processes)
+    supervise(processes)
