@@ -121,7 +121,10 @@ def test_records_are_plausible(runs):
     multiworker = runs["tf-multiworker"][0]
     assert multiworker["launcher"] == "tf-config" and multiworker["env"]["communication"] == "RING"
     assert multiworker["env"]["threads_per_worker"] == 1
-    assert runs["tf-mirrored-keras-bn"][0]["env"]["keras_fit"] is True
+    assert any("global-batch loss" in note for note in multiworker["notes"])
+    keras_fit = runs["tf-mirrored-keras-bn"][0]
+    assert keras_fit["env"]["keras_fit"] is True
+    assert any("tf.data pipeline" in note for note in keras_fit["notes"])
 
 
 GUARD = """
@@ -189,7 +192,7 @@ def test_dead_worker_fails_the_run_quickly(tmp_path):
 def test_supervisor_kills_the_survivors_of_a_dead_worker():
     """A worker that dies before joining leaves its peers waiting in the strategy's setup for
     over ten minutes, deaf to SIGTERM (measured): the tf-config supervisor must kill them."""
-    from parbench.frameworks.tensorflow import cluster
+    from parbench.frameworks.tensorflow import cluster, multiworker  # noqa: F401
 
     assert "tensorflow" not in sys.modules  # the supervising process stays light
     waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -42,6 +42,9 @@ from . import runtime
 from .model import build_model, export_weights
 from .runtime import keras, tf
 
+FIT_TIMING_NOTE = ("Keras fit: a step is timed from batch-begin to batch-end hook, which includes "
+                   "taking the batch from the prefetched tf.data pipeline")
+
 
 class StepRates(keras.optimizers.schedules.LearningRateSchedule):
     """The common schedule's rate of every step, looked up by the optimizer's step count."""
@@ -140,8 +143,9 @@ class MirroredKeras:
         return export_weights(self.net, self.spec)
 
     def describe(self) -> dict:
-        return runtime.describe(self.devices, cross_device_ops=type(self.reduction).__name__,
-                                keras_fit=True, **self.threads)
+        return runtime.describe(self.devices, [FIT_TIMING_NOTE],
+                                cross_device_ops=type(self.reduction).__name__, keras_fit=True,
+                                **self.threads)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:

@@ -23,6 +23,8 @@ from parbench.weights import load_weights
 
 from . import cluster
 
+GLOBAL_LOSS_NOTE = "every worker reports the global-batch loss (strategy.reduce), not its own"
+
 if cluster.worker_index() is not None:  # the supervising process never imports TensorFlow
     from . import runtime
     from .model import build_model, export_weights
@@ -73,8 +75,8 @@ class MultiWorker:
         return export_weights(self.model, self.spec)
 
     def describe(self) -> dict:
-        return runtime.describe(self.devices, communication=self.communication.name,
-                                **self.threads)
+        return runtime.describe(self.devices, [GLOBAL_LOSS_NOTE],
+                                communication=self.communication.name, **self.threads)
 
     # --- teardown: TF has no call to leave the cluster; the process exits
     def teardown(self) -> None:
