@@ -117,7 +117,7 @@ class MirroredKeras:
         signature = (tf.TensorSpec((rows, *self.spec.input_shape), tf.float32),
                      tf.TensorSpec((rows,), tf.int64))
         shards = tf.data.Dataset.from_generator(self._shards, output_signature=signature)
-        return shards.prefetch(2 * self.job.world_size)  # the next global batch, ready
+        return shards.prefetch(2 * self.job.world_size)  # the next two global batches
 
     # --- step: fit runs Keras' train step on every replica; StepLog times it
     def train(self) -> RankLog:

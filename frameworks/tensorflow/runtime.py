@@ -210,7 +210,7 @@ def peak_device_mb(devices: list[str]) -> list[float] | None:
 
 
 def describe(devices: list[str], notes: list[str] | None = None, **extra) -> dict:
-    gpus = tf.config.list_physical_devices("GPU")
+    gpus = tf.config.get_visible_devices("GPU")  # the ones this process drives
     build = tf.sysconfig.get_build_info()
     models = [tf.config.experimental.get_device_details(g).get("device_name") for g in gpus]
     return {"framework": "tensorflow", "framework_version": tf.__version__,
