@@ -16,6 +16,13 @@ from .optim import SCHEDULES, OptimizerSpec, scaled_lr
 from .spec import MODEL_NAMES
 
 
+# Launchers people ask for that cannot work, with the reason.
+LAUNCHER_REFUSALS = {
+    ("tf-mirrored-keras", "tf-config"): " (Keras 3 fit fails under "
+    "MultiWorkerMirroredStrategy upstream, keras-team/keras#20585: use tf-multiworker)",
+}
+
+
 class UsageError(Exception):
     """Bad input: the CLI prints the message on one line and exits with code 2."""
 
@@ -143,7 +150,8 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     _check_choices(cfg)
     launcher = cfg.launcher or backend.launchers[0]
     if launcher not in backend.launchers:
-        raise UsageError(f"{backend.name} has no launcher {launcher!r}; it supports "
+        why = LAUNCHER_REFUSALS.get((backend.name, launcher), "")
+        raise UsageError(f"{backend.name} has no launcher {launcher!r}{why}; it supports "
                          f"{', '.join(backend.launchers)}")
     world = _world_size(cfg, backend)
     global_batch, per_device, mode = _batches(cfg, world)

@@ -84,9 +84,11 @@ LAUNCHER_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD
 LAUNCHER_PREFIXES = ("PADDLE_", "TORCHELASTIC_")
 
 
-def worker_env(plan: Plan) -> dict[str, str]:
+def worker_env(plan: Plan, verbose: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_PREFIXES)}
+    # TensorFlow reads its C++ log level once, at import, before a worker has read its job.
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "2")
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(plan.threads)  # torchrun would otherwise force 1, mp.spawn leave all
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local runs: collectives stay on loopback
@@ -110,7 +112,7 @@ def _supervise(cmd: list[str], prepared: Prepared, workdir: Path) -> tuple[str, 
     deadline = time.monotonic() + prepared.cfg.timeout
     with open(workdir / "output.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=worker_env(prepared.plan),
+                                stdin=subprocess.DEVNULL, env=worker_env(prepared.plan, prepared.cfg.verbose),
                                 cwd=workdir, start_new_session=True)
     try:
         while proc.poll() is None:

@@ -70,7 +70,7 @@ class RankLog:
     describe: dict = field(default_factory=dict)
 
 
-def _fault(rank: int, step: int) -> None:
+def inject_test_fault(rank: int, step: int) -> None:
     spec = os.environ.get(FAULT_ENV)
     if not spec:
         return
@@ -85,7 +85,7 @@ def _fault(rank: int, step: int) -> None:
         time.sleep(1)
 
 
-def _evaluate(strategy: Strategy, data: Dataset, step: int, train_s: float) -> dict:
+def evaluate_test_set(strategy: Strategy, data: Dataset, step: int, train_s: float) -> dict:
     start = time.perf_counter()
     rows = eval_slice(len(data.y_test), strategy.num_processes, strategy.rank)
     totals = np.zeros(3)
@@ -99,7 +99,7 @@ def _evaluate(strategy: Strategy, data: Dataset, step: int, train_s: float) -> d
             "count": int(count), "train_s": train_s, "eval_s": time.perf_counter() - start}
 
 
-class _Progress:
+class Progress:
     """Rank 0 tells the harness how far it is, at most every PROGRESS_EVERY_S seconds."""
 
     def __init__(self, job: Job, rank: int):
@@ -129,12 +129,12 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
     data = Dataset.load(job.data_path, job.dataset, job.num_classes)
     rows = shard_slice(job.global_batch, strategy.num_processes, strategy.rank)
     log = RankLog(rank=strategy.rank, rows=rows.stop - rows.start)
-    progress, optimizer, train_s = _Progress(job, strategy.rank), job.optimizer_spec, 0.0
+    progress, optimizer, train_s = Progress(job, strategy.rank), job.optimizer_spec, 0.0
     for step in schedule(job.seed, len(data.y_train), job.global_batch, job.total_steps):
         mine = step.indices[rows]
         x, y = np.asarray(data.x_train[mine]), np.asarray(data.y_train[mine])
         lr = lr_at(step.index, job.total_steps, optimizer)
-        _fault(strategy.rank, step.index)
+        inject_test_fault(strategy.rank, step.index)
         if step.index == 0:
             log.first_step_start = time.time()
         start = time.perf_counter()
@@ -146,16 +146,16 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
         train_s += elapsed
         progress.update(step.index + 1)
         if step.epoch_end or step.index == job.total_steps - 1:
-            log.evals.append(_evaluate(strategy, data, step.index, train_s))
+            log.evals.append(evaluate_test_set(strategy, data, step.index, train_s))
     progress.update(job.total_steps, force=True)
     log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     log.peak_device_mb = strategy.peak_device_mb()
     log.describe = strategy.describe()
-    _finish(job, strategy, log)
+    write_rank_log(job, strategy, log)
     return log
 
 
-def _finish(job: Job, strategy: Strategy, log: RankLog) -> None:
+def write_rank_log(job: Job, strategy: Strategy, log: RankLog) -> None:
     if job.save_weights and strategy.rank == 0:
         save_weights(job.path / "final_weights.npz", strategy.export_weights())
     target = job.path / f"rank{strategy.rank}.json"

@@ -164,6 +164,7 @@ def test_keras_fit_under_multiworker_is_refused(tmp_path):
                       str(tmp_path))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "has no launcher 'tf-config'" in result.stderr
+    assert "keras-team/keras#20585" in result.stderr
     assert not list(tmp_path.iterdir())
 
 

@@ -16,7 +16,7 @@ What fit changes, and how the contract still holds:
   reports each step's loss; the default reports the epoch's running mean.
 * Bookkeeping: fit owns the loop, so ``run_worker`` cannot drive it. A callback does per step
   what ``run_worker`` does (fault injection, timings, losses, progress, evaluation at every
-  epoch end with the loop's own ``_evaluate``) and the loop's ``_finish`` writes rank0.json.
+  epoch end with the loop's own ``evaluate_test_set``) and the loop's ``write_rank_log`` writes rank0.json.
   A step is timed from fit's batch-begin to batch-end hook; that includes taking the next
   batch from the prefetched pipeline, which the custom loops do outside the timed region.
 
@@ -34,7 +34,7 @@ import numpy as np
 from parbench.batches import eval_slice, schedule, shard_slice, steps_per_epoch
 from parbench.data import Dataset
 from parbench.job import Job
-from parbench.loop import RankLog, _evaluate, _fault, _finish, _Progress
+from parbench.loop import RankLog, evaluate_test_set, inject_test_fault, write_rank_log, Progress
 from parbench.optim import lr_at
 from parbench.weights import load_weights
 
@@ -161,10 +161,10 @@ class StepLog(keras.callbacks.Callback):
         self.strategy, self.job, self.train_s = strategy, job, 0.0
         self.per_epoch = steps_per_epoch(len(strategy.data.y_train), job.global_batch)
         self.log = RankLog(rank=0, rows=job.global_batch)
-        self.progress, self.start = _Progress(job, 0), 0.0
+        self.progress, self.start = Progress(job, 0), 0.0
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        _fault(0, batch)
+        inject_test_fault(0, batch)
         if batch == 0:
             self.log.first_step_start = time.time()
         self.start = time.perf_counter()
@@ -178,7 +178,7 @@ class StepLog(keras.callbacks.Callback):
         self.train_s += elapsed
         self.progress.update(batch + 1)
         if (batch + 1) % self.per_epoch == 0 or batch == self.job.total_steps - 1:
-            self.log.evals.append(_evaluate(self.strategy, self.strategy.data, batch,
+            self.log.evals.append(evaluate_test_set(self.strategy, self.strategy.data, batch,
                                             self.train_s))
 
     def finish(self) -> RankLog:
@@ -186,7 +186,7 @@ class StepLog(keras.callbacks.Callback):
         self.log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         self.log.peak_device_mb = self.strategy.peak_device_mb()
         self.log.describe = self.strategy.describe()
-        _finish(self.job, self.strategy, self.log)
+        write_rank_log(self.job, self.strategy, self.log)
         return self.log
 
 
