@@ -34,7 +34,8 @@ import numpy as np
 from parbench.batches import eval_slice, schedule, shard_slice, steps_per_epoch
 from parbench.data import Dataset
 from parbench.job import Job
-from parbench.loop import RankLog, evaluate_test_set, inject_test_fault, write_rank_log, Progress
+from parbench.loop import (Progress, RankLog, evaluate_test_set, inject_test_fault,
+                           write_rank_log)
 from parbench.optim import lr_at
 from parbench.weights import load_weights
 
