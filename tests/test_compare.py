@@ -24,8 +24,11 @@ EXPECTED = {("torch-single", 1, r) for r in range(2)} | {("torch-ddp", n, r) for
 def test_interrupted_sweep_resumes_without_loss_or_duplicates(tmp_path):
     out, report = tmp_path / "runs", tmp_path / "report"
     args = [*SWEEP, "--out", str(out), "--report-dir", str(report)]
+    # A shell's background jobs start with SIGINT ignored, and Python then never turns it into
+    # KeyboardInterrupt: give the sweep the default disposition a user's terminal gives it.
     sweep = subprocess.Popen([sys.executable, "-m", "parbench.cli", *args],
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not (out.is_dir() and len(list(out.glob("*.json"))) >= 2):
         assert sweep.poll() is None and time.monotonic() < deadline, sweep.stderr.read()
