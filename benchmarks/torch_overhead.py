@@ -1,5 +1,7 @@
 """Harness overhead: the same model and batches in a bare torch loop vs `parbench run
 torch-single`, steady-state step time side by side, alternating rounds so drift hits both.
+Both sides run in a fresh process with the same thread settings (the harness exports
+OMP_NUM_THREADS and friends to its workers), so only the harness differs.
 
     python benchmarks/torch_overhead.py [--steps 60] [--rounds 3] [--threads 2]
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -53,6 +56,15 @@ def bare_loop(steps: int, threads: int) -> float:
     return float(np.median(times[warmup_steps(steps):]) * 1000)
 
 
+def bare_in_fresh_process(steps: int, threads: int) -> float:
+    env = {**os.environ, **{name: str(threads) for name in
+                            ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}}
+    done = subprocess.run([sys.executable, __file__, "--bare-child", "--steps", str(steps),
+                           "--threads", str(threads)], check=True, capture_output=True,
+                          text=True, env=env)
+    return float(done.stdout)
+
+
 def through_parbench(steps: int, threads: int) -> float:
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, "-m", "parbench.cli", "run", "torch-single",
@@ -67,10 +79,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--bare-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.bare_child:
+        print(bare_loop(args.steps, args.threads))
+        return
     bare, harness = [], []
     for _ in range(args.rounds):
-        bare.append(bare_loop(args.steps, args.threads))
+        bare.append(bare_in_fresh_process(args.steps, args.threads))
         harness.append(through_parbench(args.steps, args.threads))
     b, h = float(np.median(bare)), float(np.median(harness))
     print(f"bare torch loop   : {b:.2f} ms/step (rounds: {', '.join(f'{v:.2f}' for v in bare)})")
