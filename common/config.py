@@ -8,6 +8,8 @@ import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
+from types import NoneType
+from typing import get_args, get_type_hints
 
 from .backends import BACKENDS, Backend
 from .data import DATASET_NAMES, NEEDS_DATA_DIR
@@ -81,6 +83,14 @@ def read_config_file(path: str) -> dict:
     unknown = sorted(set(data) - known)
     if unknown:
         raise UsageError(f"config file {path}: unknown key(s) {', '.join(unknown)}")
+    hints = get_type_hints(RunConfig)
+    for key, value in data.items():
+        allowed = tuple(t for t in (get_args(hints[key]) or (hints[key],)) if t is not NoneType)
+        if float in allowed:
+            allowed += (int,)  # TOML writes 1 for 1.0
+        if isinstance(value, bool) and bool not in allowed or not isinstance(value, allowed):
+            names = " or ".join(t.__name__ for t in allowed)
+            raise UsageError(f"config file {path}: {key} must be {names}, got {value!r}")
     return data
 
 

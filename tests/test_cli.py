@@ -42,6 +42,14 @@ def test_unknown_config_key_is_refused(tmp_path):
     assert_refused(result, out, "unknown key(s) global_bach")
 
 
+def test_wrongly_typed_config_value_is_refused(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('global_batch = "large"\nlr = 1\n')
+    out = tmp_path / "runs"
+    result = parbench("run", "torch-single", "--config", str(config), "--out", str(out))
+    assert_refused(result, out, "global_batch must be int, got 'large'")
+
+
 def test_corrupt_cifar_file_is_refused(tmp_path):
     write_cifar(tmp_path / "cifar" / "cifar-10-batches-py")
     (tmp_path / "cifar" / "cifar-10-batches-py" / "data_batch_2").write_bytes(b"not a pickle")
