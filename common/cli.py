@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+import signal
 import sys
-import tempfile
 from dataclasses import fields
 from pathlib import Path
 
@@ -13,10 +12,13 @@ from tabulate import tabulate
 
 from .backends import BACKENDS
 from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs
-from .config import RunConfig, UsageError, read_config_file
+from .config import ISOLATION_CHOICES, RunConfig, UsageError, read_config_file
 from .harness import prepare, run_once
+from .html_report import write_report
+from .lifetime import (Terminated, become_subreaper, handle_termination, private_tempdir,
+                       remove_stale_tempdirs)
 from .report import render
-from .results import check_folder, load_records, write_record
+from .results import check_folder, probe_file, probe_folder, save_record
 
 EXIT_USAGE = 2
 
@@ -48,6 +50,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     add("--target-accuracy", type=float, help="report the training time to reach it")
     add("--out", help="folder for the records (results/runs)")
     add("--verbose", action="store_true", default=None, help="let framework logs through")
+    add("--isolate-network", choices=ISOLATION_CHOICES,
+        help="run the processes in a private network namespace with only loopback up, so no "
+        "rendezvous port is reachable from outside: auto (default: when the OS allows it), "
+        "on (refuse to run otherwise), off")
     add("--save-weights", metavar="FILE.npz",
         help="also write the final weights (canonical layout) of the last repeat here")
 
@@ -61,23 +67,27 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def cmd_run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    records = []
-    with tempfile.TemporaryDirectory(prefix="parbench-inputs-") as shared:
+    save_to = Path(args.save_weights) if args.save_weights else None
+    records, unsaved = [], []
+    with private_tempdir("parbench-inputs-") as shared:
         prepared = prepare(cfg, Path(shared))
+        probe_folder(Path(cfg.out), "--out")
+        if save_to is not None:
+            probe_file(save_to, "--save-weights")
         for repeat in range(cfg.repeats):
             last = repeat == cfg.repeats - 1
-            save_to = Path(args.save_weights) if args.save_weights and last else None
-            record = run_once(prepared, repeat, save_to)
-            path = write_record(Path(cfg.out), record)
+            record = run_once(prepared, repeat, save_to if last else None)
+            path, problem = save_record(Path(cfg.out), record)
             print(f"{record['status']}: {path}", file=sys.stderr)
             records.append(record)
+            unsaved += [problem] if problem else []
     print(render(records))
-    return 0 if all(r["status"] == "ok" for r in records) else 1
+    for problem in unsaved:
+        print(f"parbench: error: {problem}", file=sys.stderr)
+    return 0 if all(r["status"] == "ok" for r in records) and not unsaved else 1
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .html_report import write_report  # matplotlib, only once the sweep is done
-
     cfg = config_from_args(args)
     backends = choose_backends(args.backends, args.framework)
     configs, skipped = sweep_configs(cfg, backends, parse_device_counts(args.device_counts))
@@ -85,14 +95,47 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"skipped {skip.backend} x{skip.devices}: {skip.reason}", file=sys.stderr)
     if not configs:
         raise UsageError("nothing to run: every configuration was skipped")
-    paths = run_sweep(configs, Path(cfg.out), args.resume)
-    records = load_records(Path(cfg.out))
-    report_dir = Path(args.report_dir)
-    write_report(records, "html", report_dir / "report.html")
+    out, report_dir = Path(cfg.out), Path(args.report_dir)
+    probe_folder(out, "--out")
+    probe_folder(report_dir, "--report-dir")
+    html = _has_matplotlib()
+    if not html:
+        print("parbench: matplotlib is not installed, so the report will be Markdown only "
+              "(HTML and plots need pip install 'parbench[report]')", file=sys.stderr)
+    sweep = run_sweep(configs, out, args.resume)
+    records = _valid_records(out, strict=False)
+    if html:
+        write_report(records, "html", report_dir / "report.html")
     print(write_report(records, "md", report_dir / "report.md"), end="")
-    print(f"{len(paths)} record(s) in {cfg.out}; report in {report_dir}", file=sys.stderr)
-    statuses = [json.loads(p.read_text())["status"] for p in paths]
-    return 0 if all(s == "ok" for s in statuses) else 1
+    print(f"{len(sweep.statuses)} run(s), records in {out}; report in {report_dir}",
+          file=sys.stderr)
+    for problem in sweep.unsaved:
+        print(f"parbench: error: {problem}", file=sys.stderr)
+    return 0 if all(s == "ok" for s in sweep.statuses) and not sweep.unsaved else 1
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401  (the HTML report's plots)
+    except ImportError:
+        return False
+    return True
+
+
+def _valid_records(folder: Path, strict: bool) -> list[dict]:
+    """The valid records under ``folder``; each invalid file is named on stderr and skipped,
+    or, when ``strict`` or when no record is valid, the whole folder is refused."""
+    found = check_folder(folder)
+    if found.files == 0:
+        raise UsageError(f"no records (*.json) under {folder}")
+    if found.invalid and (strict or not found.records):
+        first = " ".join(found.problems[0].split())  # the error is one line
+        raise UsageError(f"{len(found.invalid)} invalid file(s) of the {found.files} under "
+                         f"{folder}, first: {first}; see 'parbench check {folder}'")
+    for file, problems in found.invalid.items():
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        print(f"skipped {file}: {' '.join(problems[0].split())}{more}", file=sys.stderr)
+    return found.records
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
@@ -104,7 +147,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
     unknown = [b for b in args.strategies if b not in BACKENDS]
     if unknown:
         raise UsageError(f"unknown backend(s) {', '.join(unknown)}; see 'parbench list'")
-    with tempfile.TemporaryDirectory(prefix="parbench-parity-") as folder:
+    with private_tempdir("parbench-parity-") as folder:
         checks = run_parity(frameworks, args.strategies, Path(folder))
     rows = [[c.framework, c.check, f"{c.max_rel_diff:.2e}", f"{c.tolerance:.0e}",
              "ok" if c.ok else "OUT OF TOLERANCE"] for c in checks]
@@ -125,31 +168,22 @@ def cmd_list(_args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     if not Path(args.dir).is_dir():
         raise UsageError(f"no such folder: {args.dir}")
-    count, problems = check_folder(Path(args.dir))
-    for problem in problems:
+    found = check_folder(Path(args.dir))
+    for problem in found.problems:
         print(problem)
-    if count == 0:
+    if found.files == 0:
         print(f"no records (*.json) under {args.dir}")
         return 1
-    print(f"{count} record(s) checked, {len(problems)} problem(s)")
-    return 1 if problems else 0
+    print(f"{found.files} record(s) checked, {len(found.problems)} problem(s)")
+    return 1 if found.problems else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .html_report import write_report
-
     if not Path(args.dir).is_dir():
         raise UsageError(f"no such folder: {args.dir}")
-    count, problems = check_folder(Path(args.dir))
-    if count == 0:
-        raise UsageError(f"no records (*.json) under {args.dir}")
-    if problems:
-        first = " ".join(problems[0].split())  # the error is one line
-        raise UsageError(f"{len(problems)} problem(s) in the {count} record(s) under {args.dir}, "
-                         f"first: {first}; see 'parbench check {args.dir}'")
+    records = _valid_records(Path(args.dir), args.strict)
     output = Path(args.output) if args.output else None
-    text = write_report(load_records(Path(args.dir)), args.format, output,
-                        Path(args.plots) if args.plots else None)
+    text = write_report(records, args.format, output, Path(args.plots) if args.plots else None)
     if output is None:
         print(text, end="")
     return 0
@@ -195,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--output", help="write the report here instead of to stdout (html: "
                         "its plots as PNG files next to it)")
     report.add_argument("--plots", metavar="DIR", help="also write every plot as a PNG file here")
+    report.add_argument("--strict", action="store_true",
+                        help="refuse a folder with any invalid file instead of skipping it")
     report.set_defaults(func=cmd_report)
     return parser
 
@@ -202,14 +238,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    become_subreaper()  # a worker whose launcher died stays ours to find and end
+    handle_termination()  # SIGTERM and SIGHUP clean up like Ctrl-C
+    remove_stale_tempdirs()
     try:
         return args.func(args)
     except UsageError as err:
         print(f"parbench: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("parbench: interrupted; records already written are kept", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+        print(f"parbench: {signal.Signals(signum).name}: stopped; every process of the run "
+              "was ended, and records already written are kept", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .backends import BACKENDS, Backend
 from .config import RunConfig, UsageError, resolve
 from .harness import Prepared, prepare, run_once
-from .results import record_name, write_record
+from .lifetime import private_tempdir
+from .results import record_name, run_variant, save_record
 
 
 @dataclass(frozen=True)
@@ -68,36 +68,51 @@ def sweep_configs(base: RunConfig, backends: list[Backend],
     return runnable, skipped
 
 
-def _already_ok(out: Path, prepared: Prepared, repeat: int) -> bool:
-    path = out / record_name(prepared.cfg.backend, prepared.plan.world_size,
-                             prepared.spec_sha256, repeat)
+def _kept(out: Path, prepared: Prepared, repeat: int) -> Path | None:
+    """The ok record of exactly this configuration and repeat, when one exists."""
+    plan = prepared.plan
+    variant = run_variant(plan)
+    path = out / record_name(prepared.cfg.backend, plan.launcher, plan.world_size,
+                             prepared.spec_sha256, variant, repeat)
     try:
-        return json.loads(path.read_text())["status"] == "ok"
-    except (OSError, ValueError, KeyError):
-        return False
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    same = (record.get("status") == "ok" and record.get("spec_sha256") == prepared.spec_sha256
+            and record.get("variant") == variant and record.get("launcher") == plan.launcher)
+    return path if same else None
 
 
-def run_sweep(configs: list[RunConfig], out: Path, resume: bool) -> list[Path]:
-    """Run every configuration's repeats; returns the records written or kept."""
+@dataclass
+class SweepResult:
+    statuses: list[str] = field(default_factory=list)  # one per run, kept ones included
+    unsaved: list[str] = field(default_factory=list)  # records that missed --out, and where
+
+
+def run_sweep(configs: list[RunConfig], out: Path, resume: bool) -> SweepResult:
+    """Run every configuration's repeats, writing each record as soon as it exists."""
     total = sum(cfg.repeats for cfg in configs)
-    done, start, paths = 0, time.monotonic(), []
+    done, start, result = 0, time.monotonic(), SweepResult()
     for cfg in configs:
-        with tempfile.TemporaryDirectory(prefix="parbench-inputs-") as shared:
+        with private_tempdir("parbench-inputs-") as shared:
             prepared = prepare(cfg, Path(shared))
             for repeat in range(cfg.repeats):
                 done += 1
                 label = (f"[{done}/{total}] {cfg.backend} x{prepared.plan.world_size} "
                          f"repeat {repeat + 1}/{cfg.repeats}")
-                if resume and _already_ok(out, prepared, repeat):
+                kept = _kept(out, prepared, repeat) if resume else None
+                if kept:
                     _say(f"{label}: kept (an ok record exists)", start)
-                    paths.append(out / record_name(cfg.backend, prepared.plan.world_size,
-                                                   prepared.spec_sha256, repeat))
+                    result.statuses.append("ok")
                     continue
                 _say(f"{label}: running", start)
                 record = run_once(prepared, repeat)
-                paths.append(write_record(out, record))
-                _say(f"{label}: {record['status']}, {total - done} left", start)
-    return paths
+                _, problem = save_record(out, record)
+                result.statuses.append(record["status"])
+                result.unsaved += [problem] if problem else []
+                _say(f"{label}: {record['status']}, {total - done} left"
+                     + (f"; {problem}" if problem else ""), start)
+    return result
 
 
 def _say(message: str, start: float) -> None:

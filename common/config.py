@@ -14,9 +14,12 @@ from typing import get_args, get_type_hints
 from .backends import BACKENDS, Backend
 from .data import DATASET_NAMES, NEEDS_DATA_DIR
 from .devices import cpu_count, gpu_count
+from .netns import private_network_unavailable
 from .optim import SCHEDULES, OptimizerSpec, scaled_lr
 from .spec import MODEL_NAMES
 
+
+ISOLATION_CHOICES = ("auto", "on", "off")
 
 # Launchers people ask for that cannot work, with the reason.
 LAUNCHER_REFUSALS = {
@@ -54,6 +57,7 @@ class RunConfig:
     target_accuracy: float | None = None
     out: str = "results/runs"
     verbose: bool = False
+    isolate_network: str = "auto"  # auto | on | off: the run's processes in a private netns
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class Plan:
     total_steps: int
     threads: int
     optimizer: OptimizerSpec
+    isolate_network: bool  # resolved: the launcher starts in a namespace with only loopback
 
 
 def read_config_file(path: str) -> dict:
@@ -137,7 +142,9 @@ def _check_choices(cfg: RunConfig) -> None:
     for value, choices, option in ((cfg.dataset, DATASET_NAMES, "--dataset"),
                                    (cfg.model, MODEL_NAMES, "--model"),
                                    (cfg.schedule, SCHEDULES, "--schedule"),
-                                   (cfg.lr_scaling, ("none", "linear"), "--lr-scaling")):
+                                   (cfg.lr_scaling, ("none", "linear"), "--lr-scaling"),
+                                   (cfg.isolate_network, ISOLATION_CHOICES,
+                                    "--isolate-network")):
         if value not in choices:
             raise UsageError(f"{option} {value!r} is not one of {', '.join(choices)}")
     if cfg.dataset in NEEDS_DATA_DIR and cfg.data_dir is None:
@@ -150,6 +157,15 @@ def _check_choices(cfg: RunConfig) -> None:
             raise UsageError(f"{option} must be positive, got {value}")
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
+
+
+def _isolation(choice: str) -> bool:
+    if choice == "off":
+        return False
+    unavailable = private_network_unavailable()
+    if choice == "on" and unavailable:
+        raise UsageError(f"--isolate-network on is impossible here: {unavailable}")
+    return unavailable is None
 
 
 def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
@@ -180,4 +196,4 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     optimizer = OptimizerSpec(scaled_lr(cfg.lr, global_batch, cfg.lr_scaling), cfg.momentum,
                               cfg.weight_decay, cfg.schedule, cfg.warmup_steps)
     return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, threads,
-                optimizer)
+                optimizer, _isolation(cfg.isolate_network))

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,10 +21,13 @@ from tqdm import tqdm
 from .config import Plan, RunConfig, UsageError, resolve
 from .data import Dataset, DatasetError, load_dataset
 from .envinfo import machine_env
+from .exits import first_failure, how, write_exit
 from .job import Job
 from .launchers import command
+from .lifetime import ProcessTree, die_with_parent, private_tempdir
 from .loop import RankLog
-from .results import SCHEMA_VERSION, aggregate
+from .netns import enter_private_network
+from .results import SCHEMA_VERSION, aggregate, run_variant
 from .spec import ModelSpec, build_spec, sha256_of, spec_dict
 from .weights import initial_weights, save_weights
 
@@ -96,33 +98,40 @@ def worker_env(plan: Plan, verbose: bool) -> dict[str, str]:
     return env
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker it started
-    except ProcessLookupError:
-        pass
-    proc.wait()
+def _launcher_setup(harness_pid: int, isolated: bool) -> None:
+    """Runs in the launcher's process between fork and exec."""
+    die_with_parent(harness_pid)
+    if isolated:
+        enter_private_network()
 
 
 def _supervise(cmd: list[str], prepared: Prepared, workdir: Path) -> tuple[str, int | None]:
-    """Run ``cmd`` to completion or timeout, with a progress bar; ('ok'|'failed'|'timeout', rc)."""
+    """Run ``cmd`` to completion or timeout, with a progress bar; ('ok'|'failed'|'timeout', rc).
+    However it ends (an exception included: Ctrl-C, SIGTERM), no process of the run survives."""
     total = prepared.plan.total_steps
     bar = tqdm(total=total, desc=prepared.cfg.backend, unit="step", leave=False,
                disable=not sys.stderr.isatty())
     deadline = time.monotonic() + prepared.cfg.timeout
+    setup = partial(_launcher_setup, os.getpid(), prepared.plan.isolate_network)
     with open(workdir / "output.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=worker_env(prepared.plan, prepared.cfg.verbose),
-                                cwd=workdir, start_new_session=True)
+                                stdin=subprocess.DEVNULL, cwd=workdir, start_new_session=True,
+                                env=worker_env(prepared.plan, prepared.cfg.verbose),
+                                preexec_fn=setup)
+    tree = ProcessTree(proc.pid)
     try:
         while proc.poll() is None:
             if time.monotonic() > deadline:
                 return "timeout", None
+            tree.refresh()
             _show_progress(bar, workdir / "progress.json")
             time.sleep(POLL_S)
+        if prepared.plan.launcher == "python":  # the worker is our child: we saw how it ended
+            write_exit(workdir, 0, proc.pid, proc.returncode)
         return ("ok" if proc.returncode == 0 else "failed"), proc.returncode
     finally:
-        _kill_tree(proc)
+        tree.kill()
+        proc.wait()
         bar.close()
 
 
@@ -132,6 +141,20 @@ def _show_progress(bar: tqdm, path: Path) -> None:
     except (OSError, ValueError):
         return  # not written yet, or being replaced right now
     bar.update(done - bar.n)
+
+
+def _failure(status: str, code: int | None, prepared: Prepared, workdir: Path) -> str:
+    """The error of a failed or timed-out run: what happened first (the timeout, or which
+    rank died first and how), then the first worker traceback and the logs' tails."""
+    lines = [f"timed out after {prepared.cfg.timeout:g} s"] if status == "timeout" else []
+    first = first_failure(workdir)
+    if first:
+        lines.append(first)
+    elif status != "timeout":
+        launcher = prepared.plan.launcher
+        lines.append(f"the launcher ({launcher}) ended with {how(code)} and no rank reported "
+                     "a failure" if code else "a worker wrote no results")
+    return "\n".join([*lines, _error_tail(workdir)])
 
 
 def _error_tail(workdir: Path) -> str:
@@ -167,7 +190,7 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
     """One repeat in its own process tree; always returns a record, ok or not."""
     plan = prepared.plan
     processes = 1 if plan.backend.one_process else plan.world_size
-    with tempfile.TemporaryDirectory(prefix="parbench-run-") as tmp:
+    with private_tempdir("parbench-run-") as tmp:
         workdir = Path(tmp)
         job_path = _job(prepared, workdir, save_weights_to).save()
         launch = time.time()
@@ -176,11 +199,9 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
         duration = time.time() - launch
         logs = _rank_logs(workdir, processes) if status == "ok" else None
         error = None
-        if status == "timeout":
-            error = f"timed out after {prepared.cfg.timeout:g} s\n{_error_tail(workdir)}"
-        elif logs is None:
-            reason = f"exit code {code}" if code else "a worker wrote no results"
-            status, error = "failed", f"{reason}\n{_error_tail(workdir)}"
+        if logs is None:
+            error = _failure(status, code, prepared, workdir)
+            status = "timeout" if status == "timeout" else "failed"
         elif save_weights_to is not None:
             shutil.copyfile(workdir / "final_weights.npz", save_weights_to)
     return _record(prepared, repeat, status, error, logs, launch, duration)
@@ -209,6 +230,8 @@ def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
         "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling, "steps": plan.total_steps,
         "optimizer": asdict(plan.optimizer), "dataset": cfg.dataset,
         "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": asdict(cfg),
-        "metrics": metrics, "env": {**machine_env(plan.threads), **framework_env, **extra},
+        "variant": run_variant(plan), "metrics": metrics,
+        "env": {**machine_env(plan.threads), **framework_env, **extra,
+                "network_isolated": plan.isolate_network},
         "duration_s": duration, "notes": described.get("notes", []),
     }

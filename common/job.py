@@ -12,7 +12,7 @@ from pathlib import Path
 from .optim import OptimizerSpec
 from .spec import ModelSpec, spec_from_dict
 
-FAULT_ENV = "PARBENCH_TEST_FAULT"  # test-only: "crash|exit|hang:RANK:STEP" breaks one worker
+FAULT_ENV = "PARBENCH_TEST_FAULT"  # test-only: "crash|exit|hang|kill|stop:RANK:STEP" breaks a rank
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
@@ -81,6 +82,8 @@ def inject_test_fault(rank: int, step: int) -> None:
         raise RuntimeError(f"injected fault on rank {rank} at step {step}")
     if kind == "exit":
         os._exit(17)
+    if kind in ("kill", "stop"):  # what an operator's kill -9 or kill -STOP does
+        os.kill(os.getpid(), signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
     while kind == "hang":
         time.sleep(1)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 
 from .config import RunConfig
 from .harness import prepare, run_once
+from .lifetime import private_tempdir
 from .spec import build_spec, spec_dict
 from .weights import initial_weights, load_weights, save_weights
 
@@ -118,7 +118,7 @@ def run_trajectory(backend: str, folder: Path, steps: int = 10, **overrides) -> 
                     schedule="constant", timeout=600)
     cfg = RunConfig(backend=backend, out=str(folder), **{**settings, **overrides})
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="parbench-parity-") as shared:
+    with private_tempdir("parbench-parity-") as shared:
         prepared = prepare(cfg, Path(shared))
         record = run_once(prepared, 0, save_weights_to=folder / f"{backend}.npz")
     if record["status"] != "ok":

@@ -5,28 +5,50 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
 import numpy as np
 
+from .config import Plan, UsageError
 from .loop import RankLog
+from .spec import sha256_of
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: variant, env.network_isolated; version 1 records are still read
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
 STATUSES = ("ok", "failed", "timeout")
+# Where a record goes when --out cannot take it: /dev/shm is memory, so a full disk does not
+# stop it.
+FALLBACK_FOLDERS = (Path(tempfile.gettempdir()) / "parbench-unsaved",
+                    Path("/dev/shm/parbench-unsaved"))
 
 
-def record_name(backend: str, world_size: int, spec_sha256: str, repeat: int) -> str:
-    """Records are named by configuration, so a rerun replaces its own earlier record."""
-    return f"{backend}-n{world_size}-{spec_sha256[:10]}-r{repeat}.json"
+def run_variant(plan: Plan) -> dict:
+    """What a comparison varies besides the spec, the backend, its launcher and the device
+    count (which the record name spells out): part of the record name through a hash, so two
+    runs that differ in any of them never share a file and --resume never takes one for the
+    other. A new run option that changes speed or results belongs here."""
+    return {"threads": plan.threads, "nnodes": 1}
+
+
+def record_name(backend: str, launcher: str, world_size: int, spec_sha256: str,
+                variant: dict, repeat: int) -> str:
+    """``<backend>-<launcher>-n<devices>-<spec>-<variant>-r<repeat>.json``: a rerun of the same
+    configuration replaces its own earlier record, and nothing else."""
+    return (f"{backend}-{launcher}-n{world_size}-{spec_sha256[:10]}-"
+            f"{sha256_of(variant)[:6]}-r{repeat}.json")
+
+
+def name_of(record: dict) -> str:
+    return record_name(record["backend"], record["launcher"], record["world_size"],
+                       record["spec_sha256"], record["variant"], record["repeat"])
 
 
 def write_record(folder: Path, record: dict) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / record_name(record["backend"], record["world_size"],
-                                  record["spec_sha256"], record["repeat"])
+    target = folder / name_of(record)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:
@@ -37,6 +59,45 @@ def write_record(folder: Path, record: dict) -> Path:
         os.unlink(tmp)
         raise
     return target
+
+
+def probe_folder(folder: Path, option: str) -> None:
+    """Create ``folder`` and prove a file can be written there, before anything trains: a
+    place that cannot take the results is bad input (UsageError), not a lost run."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".parbench-probe-"):
+            pass
+    except OSError as err:
+        raise UsageError(f"{option} {folder}: cannot write there "
+                         f"({err.strerror or err})") from None
+
+
+def probe_file(file: Path, option: str) -> None:
+    """The same for a file to be written at the end: its folder must take files, and the path
+    must not be a folder already."""
+    if Path(file).is_dir():
+        raise UsageError(f"{option} {file}: is a folder; give a file name")
+    probe_folder(Path(file).parent, option)
+
+
+def save_record(folder: Path, record: dict) -> tuple[Path, str | None]:
+    """Write ``record`` into ``folder``, or, when that fails (disk full, folder gone), into the
+    first fallback folder that takes it; (path, problem) where problem names what went wrong.
+    A record is never dropped: with no writable place at all it is printed to stdout."""
+    try:
+        return write_record(folder, record), None
+    except OSError as err:
+        problem = f"could not write the record into {folder} ({err.strerror or err})"
+    for fallback in FALLBACK_FOLDERS:
+        try:
+            path = write_record(fallback, record)
+        except OSError:
+            continue
+        return path, f"{problem}; it was saved to {path} instead"
+    print(json.dumps(record))
+    return Path("-"), f"{problem}, nor into any of {', '.join(map(str, FALLBACK_FOLDERS))}; " \
+        "it was printed to stdout instead"
 
 
 def _percentiles(step_s: np.ndarray) -> dict:
@@ -95,19 +156,31 @@ def check_record(record: object) -> list[str]:
     return problems
 
 
-def check_folder(folder: Path) -> tuple[int, list[str]]:
-    """(records checked, problems as 'file: problem') for every *.json under ``folder``."""
+@dataclass
+class FolderCheck:
+    files: int  # *.json files found
+    records: list[dict]  # the valid ones
+    invalid: dict[str, list[str]]  # file -> its problems, for every invalid file
+
+    @property
+    def problems(self) -> list[str]:
+        """'file: problem', every problem of every invalid file."""
+        return [f"{file}: {p}" for file, found in self.invalid.items() for p in found]
+
+
+def check_folder(folder: Path) -> FolderCheck:
+    """Every *.json under ``folder``, validated."""
     files = sorted(Path(folder).rglob("*.json"))
-    problems = []
+    records, invalid = [], {}
     for file in files:
         try:
             record = json.loads(file.read_text())
         except (OSError, ValueError) as err:
-            problems.append(f"{file}: not readable JSON ({err})")
+            invalid[str(file)] = [f"not readable JSON ({err})"]
             continue
-        problems += [f"{file}: {p}" for p in check_record(record)]
-    return len(files), problems
-
-
-def load_records(folder: Path) -> list[dict]:
-    return [json.loads(f.read_text()) for f in sorted(Path(folder).rglob("*.json"))]
+        found = check_record(record)
+        if found:
+            invalid[str(file)] = found
+        else:
+            records.append(record)
+    return FolderCheck(len(files), records, invalid)

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import paddle.distributed as dist
 
+from parbench.exits import watch_spawned
 from parbench.job import Job
+from parbench.lifetime import die_with_parent
 from parbench.loop import run_worker
 
 from .data_parallel import DataParallelStrategy
 
 
 def _train(job: Job) -> None:
+    die_with_parent()  # spawn's children would outlive a killed parent
     strategy = DataParallelStrategy(job)
     run_worker(job, strategy)
     strategy.teardown()
@@ -22,4 +25,7 @@ def _train(job: Job) -> None:
 
 def main(job: Job) -> None:
     # backend "auto": NCCL when this Paddle build sees GPUs, gloo on CPU
-    dist.spawn(_train, args=(job,), nprocs=job.world_size, join=True)
+    spawned = dist.spawn(_train, args=(job,), nprocs=job.world_size, join=False)
+    watch_spawned(spawned.processes, job.path)  # says which rank died first, and how
+    while not spawned.join():  # stops the others and raises if a rank failed
+        pass

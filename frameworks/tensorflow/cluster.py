@@ -14,7 +14,9 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+from parbench.exits import how, write_exit
 from parbench.job import Job
 from parbench.launchers import LOCALHOST, free_port
 
@@ -45,16 +47,22 @@ def _stop(processes: list[subprocess.Popen]) -> None:
         process.wait()
 
 
-def supervise(processes: list[subprocess.Popen]) -> None:
-    """Return once every worker exited 0; raise at the first failure, the others killed."""
+def supervise(processes: list[subprocess.Popen], workdir: Path) -> None:
+    """Return once every worker exited 0; raise at the first failure, the others killed.
+    Each worker's end is reported in ``workdir`` (see parbench.exits) as soon as it is seen."""
+    reported: set[int] = set()
     try:
         while True:
-            codes = [process.poll() for process in processes]
-            for index, code in enumerate(codes):
-                if code is not None and code != 0:
-                    how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
-                    raise RuntimeError(f"tf-config: worker {index} {how}; stopped the others")
-            if all(code == 0 for code in codes):
+            for index, process in enumerate(processes):
+                code = process.poll()
+                if code is None or index in reported:
+                    continue
+                write_exit(workdir, index, process.pid, code)
+                reported.add(index)
+                if code != 0:
+                    raise RuntimeError(f"tf-config: worker {index} {how(code)}; "
+                                       "stopped the others")
+            if len(reported) == len(processes):
                 return
             time.sleep(POLL_S)
     finally:
@@ -73,4 +81,4 @@ def run(job: Job) -> None:
     except BaseException:
         _stop(processes)
         raise
-    supervise(processes)
+    supervise(processes, job.path)

@@ -18,7 +18,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from parbench.exits import watch_spawned
 from parbench.job import Job
+from parbench.lifetime import die_with_parent
 from parbench.loop import run_worker
 from parbench.weights import load_weights
 
@@ -85,10 +87,18 @@ def _train(rank: int, job: Job, init_method: str) -> None:
     strategy.teardown()
 
 
+def _spawned(rank: int, job: Job, init_method: str) -> None:
+    die_with_parent()  # mp.spawn's children would outlive a killed parent
+    _train(rank, job, init_method)
+
+
 def main(job: Job) -> None:
     if job.launcher == "torchrun":
         _train(int(os.environ["RANK"]), job, "env://")
     else:
         # The rendezvous file must not exist beforehand; the job folder is fresh per run.
         rendezvous = f"file://{job.path / 'rendezvous'}"
-        mp.spawn(_train, args=(job, rendezvous), nprocs=job.world_size, join=True)
+        spawned = mp.spawn(_spawned, args=(job, rendezvous), nprocs=job.world_size, join=False)
+        watch_spawned(spawned.processes, job.path)  # says which rank died first, and how
+        while not spawned.join():  # stops the others and raises if a rank failed
+            pass

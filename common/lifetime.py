@@ -1,0 +1,171 @@
+"""Every process of a run dies with the run, whatever ends it.
+
+Launchers hide their workers from a process-group kill: torchrun and paddle.distributed.launch
+start each worker in a session of its own. So parbench tracks the whole tree by pid instead:
+
+* the harness is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): a worker whose launcher died
+  is re-parented to the harness instead of to init, so it stays a descendant that ``psutil``
+  finds and the harness can reap;
+* every launcher and worker asks the kernel to SIGKILL it when its parent exits
+  (``PR_SET_PDEATHSIG``), which covers the one case the harness cannot handle itself: the
+  harness being SIGKILLed;
+* ``kill_tree`` SIGKILLs every descendant of the launcher seen during the run or found at the
+  end, and every child of the harness born since the launch (orphans re-parented to it).
+
+A per-run cgroup (``cgroup.kill``) would be the other way, but it needs a writable cgroup v2
+hierarchy (root or a delegated subtree; this project's machines mount cgroup v1), while the two
+prctl calls work unprivileged on any Linux since 3.4. Elsewhere they are no-ops and the psutil
+sweep alone remains.
+
+SIGTERM and SIGHUP (what ``kill``, systemd, Slurm's time limit and CI cancellation send) are
+turned into the same exception as Ctrl-C, so the same ``finally`` blocks clean up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+TEMP_PREFIXES = ("parbench-run-", "parbench-inputs-", "parbench-parity-")
+KILL_ROUNDS = 5  # a process forking while we kill can add a child; sweep until none is left
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled exactly like Ctrl-C; ``signum`` sets the exit code."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(option, value, 0, 0, 0) == 0
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are re-parented to this process (Linux; a no-op elsewhere)."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(expected_parent: int | None = None) -> None:
+    """Ask the kernel to SIGKILL this process when its parent exits.
+
+    The request only covers a parent alive at the time it is made, so a parent that is already
+    gone (the pid changed) ends this process at once. Safe in a ``preexec_fn``.
+    """
+    parent = os.getppid() if expected_parent is None else expected_parent
+    if _prctl(PR_SET_PDEATHSIG, signal.SIGKILL) and os.getppid() != parent:
+        os._exit(128 + signal.SIGKILL)
+
+
+def handle_termination() -> None:
+    """Turn SIGTERM/SIGHUP into ``Terminated`` and keep SIGINT as KeyboardInterrupt; a second
+    signal while the first is being cleaned up is ignored, so the cleanup itself finishes.
+    A signal the caller ignores (a background job's SIGINT) stays ignored."""
+    state = {"stopping": False}
+
+    def handler(signum: int, _frame) -> None:
+        if state["stopping"]:
+            return
+        state["stopping"] = True
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, handler)
+
+
+class ProcessTree:
+    """The processes of one run: the launcher and everything it started, tracked by pid."""
+
+    def __init__(self, launcher_pid: int):
+        self.started = time.time()
+        self.launcher = psutil.Process(launcher_pid)
+        self.seen: dict[int, psutil.Process] = {launcher_pid: self.launcher}
+
+    def refresh(self) -> None:
+        """Remember the launcher's descendants now: one may later be orphaned and re-parented."""
+        try:
+            for process in self.launcher.children(recursive=True):
+                self.seen.setdefault(process.pid, process)
+        except psutil.NoSuchProcess:
+            pass
+
+    def alive(self) -> list[psutil.Process]:
+        self.refresh()
+        orphans = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if child.create_time() >= self.started - 1:
+                    orphans.append(child)
+            except psutil.NoSuchProcess:
+                pass
+        candidates = {**self.seen, **{p.pid: p for p in orphans}}
+        return [p for p in candidates.values() if _running(p)]
+
+    def kill(self) -> None:
+        """SIGKILL every process of the run and reap them; returns once none is left."""
+        for _ in range(KILL_ROUNDS):
+            processes = self.alive()
+            if not processes:
+                return
+            for process in processes:
+                try:
+                    process.kill()  # psutil refuses a pid that was reused meanwhile
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(processes, timeout=10)
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def private_tempdir(prefix: str) -> tempfile.TemporaryDirectory:
+    """A temporary folder whose name carries this process's pid, so a later parbench can tell
+    that it was left behind by a process that no longer exists (see remove_stale_tempdirs)."""
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
+
+
+def remove_stale_tempdirs() -> list[Path]:
+    """Delete parbench temporary folders of this user whose process is gone (one that was
+    SIGKILLed could not clean up after itself); returns what was removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob("parbench-*-*-*"):
+        owner = _owner_pid(folder.name)
+        if owner is None or psutil.pid_exists(owner) or not _mine(folder):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _owner_pid(name: str) -> int | None:
+    for prefix in TEMP_PREFIXES:
+        if name.startswith(prefix):
+            pid = name[len(prefix):].split("-", 1)[0]
+            return int(pid) if pid.isdigit() else None
+    return None
+
+
+def _mine(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and not folder.is_symlink() and folder.stat().st_uid == os.getuid()
+    except OSError:
+        return False
