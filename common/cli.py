@@ -11,7 +11,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .backends import BACKENDS
-from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs
+from .compare import (choose_backends, parse_device_counts, run_sweep, sweep_configs,
+                      warn_if_busy)
 from .config import ISOLATION_CHOICES, RunConfig, UsageError, read_config_file
 from .harness import prepare, run_once
 from .html_report import write_report
@@ -95,6 +96,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"skipped {skip.backend} x{skip.devices}: {skip.reason}", file=sys.stderr)
     if not configs:
         raise UsageError("nothing to run: every configuration was skipped")
+    if args.warmup_runs < 0:
+        raise UsageError(f"--warmup-runs wants 0 or more; got {args.warmup_runs}")
     out, report_dir = Path(cfg.out), Path(args.report_dir)
     probe_folder(out, "--out")
     probe_folder(report_dir, "--report-dir")
@@ -102,7 +105,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not html:
         print("parbench: matplotlib is not installed, so the report will be Markdown only "
               "(HTML and plots need pip install 'parbench[report]')", file=sys.stderr)
-    sweep = run_sweep(configs, out, args.resume)
+    warn_if_busy()
+    sweep = run_sweep(configs, out, args.resume, args.warmup_runs)
     records = _valid_records(out, strict=False)
     if html:
         write_report(records, "html", report_dir / "report.html")
@@ -210,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="skip runs whose configuration already has an ok record")
     compare.add_argument("--report-dir", default="results/report",
                          help="where report.md, report.html and plots go (results/report)")
+    # A sweep option, not a RunConfig field: it changes when runs happen, not what one measures.
+    compare.add_argument("--warmup-runs", type=int, default=0, metavar="K",
+                         help="K discarded runs of each configuration first, to warm file-system "
+                         "and compile caches (0)")
     _add_run_options(compare)
     compare.set_defaults(func=cmd_compare)
     parity = sub.add_parser("parity", help="cross-framework checks against torch")

@@ -12,8 +12,8 @@ import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from functools import partial
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
@@ -25,6 +25,7 @@ from .exits import first_failure, how, write_exit
 from .job import Job
 from .launchers import command
 from .lifetime import ProcessTree, die_with_parent, private_tempdir
+from .load import LoadSample, load_env
 from .loop import RankLog
 from .netns import enter_private_network
 from .results import SCHEMA_VERSION, aggregate, run_variant
@@ -193,9 +194,11 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
     with private_tempdir("parbench-run-") as tmp:
         workdir = Path(tmp)
         job_path = _job(prepared, workdir, save_weights_to).save()
+        before = LoadSample.now()
         launch = time.time()
         status, code = _supervise(command(plan.launcher, job_path, plan.world_size),
                                   prepared, workdir)
+        load = load_env(before, LoadSample.now())  # every process of the run is reaped now
         duration = time.time() - launch
         logs = _rank_logs(workdir, processes) if status == "ok" else None
         error = None
@@ -204,11 +207,11 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
             status = "timeout" if status == "timeout" else "failed"
         elif save_weights_to is not None:
             shutil.copyfile(workdir / "final_weights.npz", save_weights_to)
-    return _record(prepared, repeat, status, error, logs, launch, duration)
+    return _record(prepared, repeat, status, error, logs, launch, duration, load)
 
 
 def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
-            logs: list[RankLog] | None, launch: float, duration: float) -> dict:
+            logs: list[RankLog] | None, launch: float, duration: float, load: dict) -> dict:
     cfg, plan = prepared.cfg, prepared.plan
     described = logs[0].describe if logs else {}
     framework_env = {"framework": plan.backend.framework,
@@ -232,6 +235,6 @@ def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
         "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": asdict(cfg),
         "variant": run_variant(plan), "metrics": metrics,
         "env": {**machine_env(plan.threads), **framework_env, **extra,
-                "network_isolated": plan.isolate_network},
+                "network_isolated": plan.isolate_network, **load},
         "duration_s": duration, "notes": described.get("notes", []),
     }

@@ -104,30 +104,42 @@ class ProcessTree:
         except psutil.NoSuchProcess:
             pass
 
-    def alive(self) -> list[psutil.Process]:
+    def _candidates(self) -> list[psutil.Process]:
+        """Every process seen under the launcher, and every child of ours born since the launch
+        (an orphaned worker re-parented to us)."""
         self.refresh()
-        orphans = []
+        candidates = dict(self.seen)
         for child in psutil.Process().children(recursive=True):
             try:
                 if child.create_time() >= self.started - 1:
-                    orphans.append(child)
+                    candidates.setdefault(child.pid, child)
             except psutil.NoSuchProcess:
                 pass
-        candidates = {**self.seen, **{p.pid: p for p in orphans}}
-        return [p for p in candidates.values() if _running(p)]
+        return list(candidates.values())
 
     def kill(self) -> None:
-        """SIGKILL every process of the run and reap them; returns once none is left."""
+        """SIGKILL every process of the run and reap the ones that became ours; returns once
+        none is left. The launcher itself is left to its Popen to reap."""
         for _ in range(KILL_ROUNDS):
-            processes = self.alive()
+            processes = [p for p in self._candidates() if _running(p)]
             if not processes:
-                return
+                break
             for process in processes:
                 try:
                     process.kill()  # psutil refuses a pid that was reused meanwhile
                 except psutil.NoSuchProcess:
                     pass
             psutil.wait_procs(processes, timeout=10)
+        self._reap_orphans()
+
+    def _reap_orphans(self) -> None:
+        mine = {p.pid for p in psutil.Process().children()}
+        for process in self._candidates():
+            if process.pid in mine and process.pid != self.launcher.pid:
+                try:
+                    process.wait(timeout=0)  # a zombie orphan: collect its exit status
+                except (psutil.NoSuchProcess, psutil.TimeoutExpired, ChildProcessError):
+                    pass
 
 
 def _running(process: psutil.Process) -> bool:

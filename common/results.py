@@ -15,13 +15,35 @@ from .config import Plan, UsageError
 from .loop import RankLog
 from .spec import sha256_of
 
-SCHEMA_VERSION = 2  # 2: variant, env.network_isolated; version 1 records are still read
+SCHEMA_VERSION = 2  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+# version 1 records are still read
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
 STATUSES = ("ok", "failed", "timeout")
+BUSY_LOAD_PER_CORE = 0.5  # a run that starts with more load than this per core is noisy
 # Where a record goes when --out cannot take it: /dev/shm is memory, so a full disk does not
 # stop it.
 FALLBACK_FOLDERS = (Path(tempfile.gettempdir()) / "parbench-unsaved",
                     Path("/dev/shm/parbench-unsaved"))
+
+
+def machine_busy(load_1m: float, cores: int) -> bool:
+    """Whether a 1-minute load average means the machine was busy: above BUSY_LOAD_PER_CORE
+    per core parbench may use (``env.cores``). compare's warning before a sweep uses it."""
+    return load_1m > BUSY_LOAD_PER_CORE * cores
+
+
+def run_was_busy(record: dict) -> bool | None:
+    """Whether other processes competed with this run; None when the record cannot tell
+    (schema 1). The measured CPU time of processes outside the run (``env.other_cpu_s``),
+    averaged over the run, counts in cores like a load; only without it does the load average
+    at the start decide. The load average alone would blame a sweep for itself: it is a
+    one-minute moving average, so it still holds the previous run of the same sweep."""
+    env = record["env"]
+    other, duration = env.get("other_cpu_s"), record.get("duration_s") or 0
+    if other is not None and duration > 0:
+        return other / duration > BUSY_LOAD_PER_CORE * env["cores"]
+    load = env.get("load_1m_start")
+    return None if load is None else machine_busy(load, env["cores"])
 
 
 def run_variant(plan: Plan) -> dict:

@@ -1,0 +1,158 @@
+"""Noise control in parbench compare: round-robin order, discarded warm-up runs, the machine's
+load in every record, and the warning before a sweep on a busy machine. No assertion here is
+on a duration: the order comes from the progress lines, the load fields from CPU accounting."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import needs, parbench, records_in
+from parbench import compare
+from parbench.compare import Slot, busy_warning, schedule
+from parbench.load import LoadSample, load_env
+from parbench.results import BUSY_LOAD_PER_CORE, check_record, machine_busy, run_was_busy
+
+V1_RECORD = Path(__file__).parents[1] / "results/claims/runs/torch-single-n1-5ea9a70372-r0.json"
+LOAD = {"load_1m_start": 0.4, "load_1m_end": 0.6, "other_cpu_s": 0.05}
+STARTED = re.compile(r"^\[(\d+)/(\d+)\] (\S+) x1 (warm-up|repeat) (\d+)/(\d+): running",
+                     re.MULTILINE)
+# Spends half a CPU second, says so, then waits for stdin to close before it exits.
+BURNER = ("import sys, time\nwhile time.process_time() < 0.5: pass\nprint('done', flush=True)\n"
+          "sys.stdin.read()")
+
+
+def test_schedule_is_round_robin_with_warmups_first():
+    a, b = 0, 1
+    assert schedule([2, 2], 0, set()) == [Slot(a, 0, False), Slot(b, 0, False),
+                                          Slot(a, 1, False), Slot(b, 1, False)]
+    assert schedule([2, 1], 2, set())[:4] == [Slot(a, 0, True), Slot(b, 0, True),
+                                              Slot(a, 1, True), Slot(b, 1, True)]
+    assert schedule([2, 1], 2, set())[4:] == [Slot(a, 0, False), Slot(b, 0, False),
+                                              Slot(a, 1, False)]
+    # --resume: a configuration whose every repeat is kept gets no warm-up; the others do
+    assert [s for s in schedule([2, 2], 1, {a}) if s.warmup] == [Slot(b, 0, True)]
+
+
+def test_busy_warning_only_above_half_a_load_per_core(monkeypatch, capsys):
+    assert BUSY_LOAD_PER_CORE == 0.5  # the report's noisy mark reads the same constant
+    assert busy_warning(1.0, 2) is None and not machine_busy(1.0, 2)  # "above", not "at"
+    line = busy_warning(3.1, 2)
+    assert machine_busy(1.01, 2) and line.startswith("parbench: warning: the machine is busy")
+    assert "1-minute load 3.1 on 2 cores" in line and "\n" not in line
+    # warn_if_busy reads the 1-minute figure (not the 5- or 15-minute one) and the cores
+    monkeypatch.setattr(compare.os, "getloadavg", lambda: (2.5, 0.0, 0.0))
+    monkeypatch.setattr(compare, "cpu_count", lambda: 4)
+    compare.warn_if_busy()
+    assert "1-minute load 2.5 on 4 cores" in capsys.readouterr().err
+    monkeypatch.setattr(compare.os, "getloadavg", lambda: (1.9, 9.0, 9.0))
+    compare.warn_if_busy()
+    assert capsys.readouterr().err == ""
+
+
+def _burn(reap_first: bool) -> tuple[LoadSample, LoadSample]:
+    """Samples around a child that spends 0.5 CPU s; the second is taken after the child was
+    reaped, or while it still lives (its time then is not yet ours: like another process's)."""
+    before = LoadSample.now()
+    child = subprocess.Popen([sys.executable, "-c", BURNER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "done\n"
+    if reap_first:
+        child.communicate()
+    after = LoadSample.now()
+    child.communicate()
+    return before, after
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="other_cpu_s needs /proc/stat")
+def test_other_cpu_s_counts_what_is_not_ours():
+    before, after = _burn(reap_first=True)
+    assert after.ours_cpu_s - before.ours_cpu_s >= 0.45  # a reaped child's time is ours
+    assert after.busy_cpu_s - before.busy_cpu_s >= 0.25  # /proc/stat saw it on our cores
+    assert load_env(before, after)["other_cpu_s"] >= 0
+    before, after = _burn(reap_first=False)
+    assert after.ours_cpu_s - before.ours_cpu_s < 0.45
+    assert load_env(before, after)["other_cpu_s"] >= 0.25  # counted, in clock ticks
+
+
+def test_load_env_without_proc_stat_and_clamped():
+    quiet, later = LoadSample(0.2, None, 1.0), LoadSample(0.3, None, 2.0)
+    assert load_env(quiet, later) == {"load_1m_start": 0.2, "load_1m_end": 0.3,
+                                      "other_cpu_s": None}
+    # tick accounting can put ours above the cores' busy time: that is no negative CPU time
+    assert load_env(LoadSample(0.2, 10.0, 1.0), LoadSample(0.3, 10.5, 1.6))["other_cpu_s"] == 0
+
+
+def test_check_reads_v1_and_wants_the_load_in_v2(tmp_path):
+    old = json.loads(V1_RECORD.read_text())
+    assert old["schema_version"] == 1 and check_record(old) == []
+    new = copy.deepcopy(old)
+    new.update(schema_version=2, variant={"threads": 2, "nnodes": 1}, run_id="v2")
+    new["env"].update(network_isolated=False)
+    problems = check_record(new)
+    assert len(problems) == 3 and all(p.startswith("env: ") for p in problems)
+    assert all(field in " ".join(problems) for field in LOAD)
+    new["env"].update(LOAD, other_cpu_s=-1.0)
+    assert check_record(new) == ["env/other_cpu_s: -1.0 is less than the minimum of 0"]
+    new["env"]["other_cpu_s"] = None  # where the OS does not say
+    assert check_record(new) == []
+    shutil.copy(V1_RECORD, tmp_path)
+    (tmp_path / "v2.json").write_text(json.dumps(new))
+    result = parbench("check", str(tmp_path))
+    assert result.returncode == 0 and "2 record(s) checked, 0 problem(s)" in result.stdout
+
+
+SWEEP = ["compare", "torch-single", "torch-dp", "--devices", "1", "--steps", "2",
+         "--global-batch", "32", "--repeats", "2", "--warmup-runs", "1"]
+
+
+@pytest.mark.slow
+@needs("torch")
+def test_compare_warms_up_then_runs_round_robin(tmp_path):
+    out = tmp_path / "runs"
+    args = [*SWEEP, "--out", str(out), "--report-dir", str(tmp_path / "report")]
+    result = parbench(*args)
+    assert result.returncode == 0, result.stderr
+    started = [(backend, kind, int(n)) for _, total, backend, kind, n, _
+               in STARTED.findall(result.stderr) if total == "6"]
+    assert started == [("torch-single", "warm-up", 1), ("torch-dp", "warm-up", 1),
+                       ("torch-single", "repeat", 1), ("torch-dp", "repeat", 1),
+                       ("torch-single", "repeat", 2), ("torch-dp", "repeat", 2)]
+    assert result.stderr.count("ok (discarded)") == 2
+    records = records_in(out)  # the warm-ups were not written
+    assert sorted((r["backend"], r["repeat"]) for r in records) == [
+        ("torch-dp", 0), ("torch-dp", 1), ("torch-single", 0), ("torch-single", 1)]
+    for record in records:
+        env = record["env"]
+        assert record["schema_version"] == 2 and env["load_1m_start"] >= 0
+        assert env["load_1m_end"] >= 0
+        other = env["other_cpu_s"]
+        assert other >= 0 if Path("/proc/stat").exists() else other is None
+
+    resumed = parbench(*args, "--resume")  # every repeat kept: no warm-up either
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.count("kept (an ok record exists)") == 4
+    assert "warm-up" not in resumed.stderr and records_in(out) == records
+
+    shutil.copy(V1_RECORD, out)
+    checked = parbench("check", str(out))
+    assert checked.returncode == 0 and "5 record(s) checked, 0 problem(s)" in checked.stdout
+
+
+def test_busy_run_is_judged_by_other_processes_cpu_time_before_the_load_average():
+    def record(other_cpu_s, load_1m_start, duration_s=10.0):
+        return {"duration_s": duration_s, "env": {"cores": 2, "other_cpu_s": other_cpu_s,
+                                                  "load_1m_start": load_1m_start}}
+
+    # the load average still holds the sweep's own previous run: measured CPU time decides
+    assert run_was_busy(record(other_cpu_s=0.5, load_1m_start=1.9)) is False
+    assert run_was_busy(record(other_cpu_s=10.5, load_1m_start=0.1)) is True  # > 1 core avg
+    assert run_was_busy(record(other_cpu_s=None, load_1m_start=1.5)) is True  # fallback
+    assert run_was_busy({"duration_s": 5.0, "env": {"cores": 2}}) is None  # schema 1
