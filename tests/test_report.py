@@ -25,8 +25,10 @@ def record(backend: str, framework: str, devices: int, repeat: int = 0,
            throughput: float | None = None, *, spec: str = SPEC_A, launcher: str = "python",
            status: str = "ok", error: str | None = None, accuracy: float = 0.5,
            rss: list[float] | None = None, device_mb: list[float] | None = None,
-           to_target: float | None = None, target: float | None = None) -> dict:
-    """A valid record; step times follow from the throughput as the harness computes them."""
+           to_target: float | None = None, target: float | None = None,
+           load: float | None = None) -> dict:
+    """A valid record; step times follow from the throughput as the harness computes them;
+    ``load``: the 1-minute load at its start (none: a record without the reading)."""
     step_ms = BATCH / throughput * 1000 if throughput else None
     metrics = None if status != "ok" else {
         "throughput": throughput,
@@ -55,7 +57,8 @@ def record(backend: str, framework: str, devices: int, repeat: int = 0,
                 "framework_version": "2.5.1" if status == "ok" else None,
                 "device_names": ["NVIDIA H200"] * devices if device_mb else [],
                 "cuda_version": "12.4" if device_mb else None,
-                "nccl_version": None, "git_commit": "abc1234"}}
+                "nccl_version": None, "git_commit": "abc1234",
+                **({"load_1m_start": load} if load is not None else {})}}
     assert check_record(result) == [], check_record(result)
     return result
 
@@ -64,17 +67,20 @@ RECORDS = [
     *(record("torch-single", "torch", 1, i, t, accuracy=a, rss=[r], target=0.8, to_target=tt)
       for i, (t, a, r, tt) in enumerate([(100.0, 0.80, 500.0, 30.0), (110.0, 0.82, 520.0, 40.0),
                                          (120.0, 0.84, 510.0, None)])),
-    *(record("torch-ddp", "torch", 2, i, t, launcher="torchrun", rss=r, target=0.8, to_target=tt)
-      for i, (t, r, tt) in enumerate([(180.0, [600.0, 580.0], 20.0),
-                                      (200.0, [560.0, 640.0], 25.0)])),
+    # 8 cores: a load above 4.0 at the start makes a run noisy
+    *(record("torch-ddp", "torch", 2, i, t, launcher="torchrun", rss=r, target=0.8, to_target=tt,
+             load=load)
+      for i, (t, r, tt, load) in enumerate([(180.0, [600.0, 580.0], 20.0, 4.5),
+                                            (200.0, [560.0, 640.0], 25.0, None)])),
     record("torch-ddp", "torch", 4, launcher="torchrun", status="failed",
            error="exit code 1, rank 3 died\nTraceback (most recent call last): ..."),
-    record("torch-dp", "torch", 2, 0, 150.0, rss=[700.0], device_mb=[900.0, 300.0]),
-    record("tf-mirrored", "tensorflow", 1, 0, 50.0),
+    record("torch-dp", "torch", 2, 0, 150.0, rss=[700.0], device_mb=[900.0, 300.0], load=4.01),
+    record("tf-mirrored", "tensorflow", 1, 0, 50.0, load=4.0),
     record("tf-mirrored", "tensorflow", 2, 0, 90.0),
     record("tf-mirrored", "tensorflow", 2, 1, status="timeout",
            error="timed out after 900 s\n(the workers printed nothing)"),
     record("paddle-spawn", "paddle", 2, 0, 80.0),
+    record("paddle-spawn", "paddle", 2, 1, 84.0, load=0.5),
     record(HOSTILE, "torch", 1, 0, 60.0, spec=SPEC_B),
     record("torch-single", "torch", 1, 0, spec=SPEC_B, status="failed",
            error="<img src=x onerror=alert(2)>\nmore"),
@@ -116,6 +122,8 @@ def by_row(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
 TITLE_A = ("spec aaaaaaaaaa: model resnet, dataset synthetic, global batch 128 (global batch "
            "fixed), 4 steps, lr 0.05, seed 0")
 TITLE_B = TITLE_A.replace("aaaaaaaaaa", "bbbbbbbbbb").replace("resnet", "mlp")
+ORDER_A = [("torch-single", "1"), ("torch-dp", "2"), ("torch-ddp", "2"), ("torch-ddp", "4"),
+           ("tf-mirrored", "1"), ("tf-mirrored", "2"), ("paddle-spawn", "2")]
 
 
 @pytest.fixture(scope="module")
@@ -126,26 +134,36 @@ def markdown(runs: Path) -> str:
 def test_performance_table_holds_the_hand_computed_figures(markdown: str) -> None:
     tables = markdown_tables(markdown)
     performance = by_row(tables[(TITLE_A, "Performance")])
-    assert [(r["backend"], r["devices"]) for r in tables[(TITLE_A, "Performance")]] == [
-        ("paddle-spawn", "2"), ("tf-mirrored", "1"), ("tf-mirrored", "2"),
-        ("torch-single", "1"), ("torch-ddp", "2"), ("torch-ddp", "4"), ("torch-dp", "2")]
-    # torch-single: throughput 100/110/120 -> median 110, step 128/110 s, p90 1.25x that
+    # grouped by framework in registry order, the single-device baseline first
+    assert [(r["backend"], r["devices"]) for r in tables[(TITLE_A, "Performance")]] == ORDER_A
+    # torch-single: throughput 100/110/120 -> median 110, step 128/110 s, p90 1.25x that;
+    # cv: sample sd 10 / mean 110 = 9.091 % > 5 %: noisy
     assert performance[("torch-single", "1")] == {
         "backend": "torch-single", "devices": "1", "launcher": "python", "status": "ok",
         "runs": "3/3", "samples/s": "110", "samples/s min": "100", "samples/s max": "120",
-        "scaling eff.": "1", "step ms p50": "1164", "step ms p90": "1455", "startup s": "1.5",
-        "first step s": "0.25"}
+        "cv %": "9.091", "noisy": "cv", "scaling eff.": "1", "step ms p50": "1164",
+        "step ms p90": "1455", "startup s": "1.5", "first step s": "0.25"}
     ddp = performance[("torch-ddp", "2")]
     # 190 / (2 x 110) = 0.8636; step: median of 128/180 s and 128/200 s = 675.6 ms
     assert (ddp["samples/s"], ddp["samples/s min"], ddp["samples/s max"], ddp["scaling eff."],
             ddp["step ms p50"], ddp["runs"]) == ("190", "180", "200", "0.8636", "675.6", "2/2")
-    assert performance[("torch-dp", "2")]["scaling eff."] == "0.6818"  # 150 / 220
+    # cv: sd sqrt(200) / mean 190 = 7.443 %; repeat 0 started at load 4.5 > 0.5 x 8 cores
+    assert (ddp["cv %"], ddp["noisy"]) == ("7.443", "cv+load")
+    # one repeat: no cv; load 4.01 > 4.0
+    dp = performance[("torch-dp", "2")]
+    assert (dp["scaling eff."], dp["cv %"], dp["noisy"]) == ("0.6818", "-", "load")  # 150 / 220
     # no tf-single: the reference is tf-mirrored at 1 device, 90 / (2 x 50); the timed-out
     # repeat stays in the row with its reason
     mirrored = performance[("tf-mirrored", "2")]
     assert (mirrored["scaling eff."], mirrored["runs"], mirrored["status"]) == (
         "0.9", "1/2", "timeout: timed out after 900 s")
-    assert performance[("paddle-spawn", "2")]["scaling eff."] == "-"  # no 1-device paddle run
+    assert (mirrored["cv %"], mirrored["noisy"]) == ("-", "no")  # one ok repeat
+    # a load of exactly 0.5 x cores is not busy
+    assert performance[("tf-mirrored", "1")]["noisy"] == "no"
+    # 80/84: sd sqrt(8) / mean 82 = 3.449 % <= 5 %, loads 0.5 and unknown: not noisy
+    spawn = performance[("paddle-spawn", "2")]
+    assert (spawn["samples/s"], spawn["cv %"], spawn["noisy"]) == ("82", "3.449", "no")
+    assert spawn["scaling eff."] == "-"  # no 1-device paddle run
     failed = performance[("torch-ddp", "4")]
     assert (failed["status"], failed["runs"], failed["samples/s"], failed["scaling eff."]) == (
         "failed: exit code 1, rank 3 died", "0/1", "-", "-")
@@ -168,6 +186,31 @@ def test_accuracy_and_memory_table_holds_the_hand_computed_figures(markdown: str
     assert quality[("torch-ddp", "4")]["peak device MiB"] == "-"  # failed: nothing measured
 
 
+def test_headline_comes_first_with_the_fastest_per_framework_and_the_cells_not_to_trust(
+        markdown: str) -> None:
+    assert markdown.index("## Headline") < markdown.index(f"## {TITLE_A}")
+    headline = markdown_tables(markdown)[("Headline", TITLE_A)]
+    columns = ("framework", "devices", "fastest", "samples/s", "scaling eff.", "cv %", "noisy",
+               "RSS MiB per rank", "device MiB per device")
+    # torch x2: torch-ddp's 190 beats torch-dp's 150; x4 failed, so no torch x4; the
+    # device column because torch-dp ran on devices
+    assert [tuple(row[c] for c in columns) for row in headline] == [
+        ("torch", "1", "torch-single", "110", "1", "9.091", "cv", "510", "n/a (CPU)"),
+        ("torch", "2", "torch-ddp [torchrun]", "190", "0.8636", "7.443", "cv+load", "580 / 610",
+         "n/a (CPU)"),
+        ("tensorflow", "1", "tf-mirrored", "50", "1", "-", "no", "500", "n/a (CPU)"),
+        ("tensorflow", "2", "tf-mirrored", "90", "0.9", "-", "no", "500 / 500", "n/a (CPU)"),
+        ("paddle", "2", "paddle-spawn", "82", "-", "3.449", "no", "500 / 500", "n/a (CPU)")]
+    assert ("- torch: noisy: torch-single x1 (cv 9.1 %), torch-dp x2 (busy machine at start), "
+            "torch-ddp [torchrun] x2 (cv 7.4 %, busy machine at start); not ok: torch-ddp "
+            "[torchrun] x4 (1 of 1 repeat(s) failed: exit code 1, rank 3 died)\n"
+            "- tensorflow: not ok: tf-mirrored x2 (1 of 2 repeat(s) timeout: timed out after "
+            "900 s)\n\n") in markdown
+    assert "- paddle:" not in markdown
+    # 4 records carry a load reading
+    assert f"{len(RECORDS) - 4} of {len(RECORDS)} run(s) carry no load reading" in markdown
+
+
 def test_specs_are_grouped_apart_with_a_note(markdown: str) -> None:
     assert "2 different specs" in markdown
     tables = markdown_tables(markdown)
@@ -180,16 +223,23 @@ def test_specs_are_grouped_apart_with_a_note(markdown: str) -> None:
     environment = tables[("Environment", "Environment of every run")]
     assert sum(int(row["runs"]) for row in environment) == len(RECORDS)
     dp = next(row for row in environment if row["backend"] == "torch-dp")
-    assert (dp["device names"], dp["CUDA"], dp["version"], dp["git commit"], dp["spec"]) == (
-        "2x NVIDIA H200", "12.4", "2.5.1", "abc1234", "aaaaaaaaaa")
+    assert (dp["device names"], dp["CUDA"], dp["version"], dp["spec"]) == (
+        "2x NVIDIA H200", "12.4", "2.5.1", "aaaaaaaaaa")
+    # what no run differs in is said once, under the table
+    assert "git commit" not in dp
+    assert ("- The same in every run: python 3.11.2, OS Linux-6.1-x86_64, CPU Test CPU, cores 8, "
+            "NCCL -, git commit abc1234.") in markdown
 
 
 def test_csv_round_trips_exact_values(runs: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(report(str(runs), "--format", "csv"))))
     assert len(rows) == 9  # 7 rows of spec A, 2 of spec B
+    assert [(r["backend"], r["devices"]) for r in rows[:7]] == ORDER_A  # the tables' order
     row = {(r["spec_sha256"], r["backend"], r["devices"]): r for r in rows}
     ddp = row[(SPEC_A, "torch-ddp", "2")]
     assert float(ddp["samples/s"]) == 190.0
+    assert float(ddp["cv %"]) == pytest.approx(100 * 200 ** 0.5 / 190, rel=1e-12)
+    assert (ddp["noisy"], row[(SPEC_A, "torch-dp", "2")]["cv %"]) == ("cv+load", "")
     assert float(ddp["scaling eff."]) == 190 / (2 * 110)
     assert float(ddp["step ms p50"]) == (BATCH / 180 * 1000 + BATCH / 200 * 1000) / 2
     assert [float(v) for v in ddp["RSS MiB per rank"].split(" / ")] == [580.0, 610.0]
@@ -206,10 +256,14 @@ def test_html_is_self_contained_escaped_and_plots_are_pngs(runs: Path, tmp_path:
     assert report(str(runs), "--format", "html", "--output", str(page),
                   "--plots", str(plots)) == ""
     html = page.read_text()
-    # every table: 2 per spec and the environment
-    assert html.count("<table>") == 5
-    for heading in (TITLE_A, TITLE_B, "Performance", "Accuracy and memory", "Environment"):
+    # every table: the headline, 2 per spec and the environment
+    assert html.count("<table>") == 7
+    for heading in ("Headline", TITLE_A, TITLE_B, "Performance", "Accuracy and memory",
+                    "Environment"):
         assert f">{heading}<" in html
+    assert html.index("<h2>Headline</h2>") < html.index(f"<h2>{TITLE_A}</h2>")
+    # a framework's first row, noisy and failed rows are marked for the eye
+    assert '<tr class="first noisy">' in html and '<tr class="failed">' in html
     assert "<td>0.8636</td>" in html and "<td>900 / 300</td>" in html
     assert HOSTILE not in html and "<img src=x" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html

@@ -1,0 +1,221 @@
+"""The report's rows: the runs of one spec grouped into one row per backend x devices x
+launcher, grouped by framework with its single-device baseline first, and each row's cells
+(medians over repeats, spread, cv % and noise, scaling efficiency, memory). report.py lays them
+out as tables; headline.py picks the headline's rows; plots.py draws them."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backends import BACKENDS
+from .results import run_was_busy
+
+Cell = str | int | float | list[float] | None
+
+KEY = ("backend", "devices", "launcher")
+NO_DEVICE = "n/a (CPU)"
+NOISY_CV_PERCENT = 5.0
+# The framework's own 1-device backend: the reference of its scaling efficiency.
+SINGLE = {b.framework: b.name for b in BACKENDS.values() if not b.parallel}
+# Report order: frameworks, and backends within one, as the registry lists them (single first).
+FRAMEWORKS = tuple(dict.fromkeys(b.framework for b in BACKENDS.values()))
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else None
+
+
+def _per_position_median(lists: list[list[float]]) -> list[float]:
+    """Median of each position (rank, device, step) over repeats; a shorter list simply has no
+    say in the positions it lacks."""
+    padded = np.full((len(lists), max(map(len, lists))), np.nan)
+    for i, values in enumerate(lists):
+        padded[i, :len(values)] = values
+    return [float(v) for v in np.nanmedian(padded, axis=0)]
+
+
+@dataclass
+class Row:
+    """The repeats of one backend x devices x launcher within one spec."""
+
+    framework: str
+    backend: str
+    devices: int
+    launcher: str
+    runs: list[dict]
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> list[dict]:
+        return [r["metrics"] for r in self.runs if r["status"] == "ok"]
+
+    @property
+    def series(self) -> str:
+        """The backend, with its launcher where the backend has a choice of launchers."""
+        backend = BACKENDS.get(self.backend)
+        launcher = f" [{self.launcher}]" if backend and len(backend.launchers) > 1 else ""
+        return f"{self.backend}{launcher}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.series} x{self.devices}"
+
+    def median(self, get: Callable[[dict], float | None]) -> float | None:
+        return _median(get(m) for m in self.metrics)
+
+    def per_position(self, get: Callable[[dict], list[float] | None]) -> list[float] | None:
+        lists = [values for values in map(get, self.metrics) if values]
+        return _per_position_median(lists) if lists else None
+
+
+@dataclass
+class Group:
+    """Runs of one spec_sha256: only these are ever compared with each other."""
+
+    sha: str
+    title: str
+    rows: list[Row]
+
+
+def _status(runs: list[dict]) -> str:
+    reasons = [f"{r['status']}: {(r['error'] or '?').splitlines()[0]}"
+               for r in runs if r["status"] != "ok"]
+    return "; ".join(dict.fromkeys(reasons)) or "ok"
+
+
+def _cv_percent(throughput: list[float]) -> float | None:
+    if len(throughput) < 2:
+        return None
+    return float(np.std(throughput, ddof=1) / np.mean(throughput) * 100)
+
+
+def _busy(run: dict) -> bool:
+    """Whether other processes competed with the run; a record that cannot tell: unknown."""
+    return bool(run_was_busy(run))
+
+
+def _noisy(cv: float | None, runs: list[dict]) -> str:
+    reasons = [name for name, hit in (("cv", cv is not None and cv > NOISY_CV_PERCENT),
+                                      ("load", any(map(_busy, runs)))) if hit]
+    return "+".join(reasons) or "no"
+
+
+def _time_to_target(row: Row) -> float | None:
+    if not any(m.get("target_accuracy") is not None for m in row.metrics):
+        return None
+    return row.median(lambda m: math.inf if m["time_to_target_s"] is None
+                      else m["time_to_target_s"])
+
+
+def _cells(row: Row) -> dict[str, Cell]:
+    throughput = [m["throughput"] for m in row.metrics]
+    devices = row.per_position(lambda m: m["peak_device_mb"])
+    no_device = NO_DEVICE if row.metrics else None
+    cv = _cv_percent(throughput)
+    return {
+        "backend": row.backend, "devices": row.devices, "launcher": row.launcher,
+        "status": _status(row.runs), "runs": f"{len(throughput)}/{len(row.runs)}",
+        "samples/s": _median(throughput), "samples/s min": min(throughput, default=None),
+        "samples/s max": max(throughput, default=None), "cv %": cv,
+        "noisy": _noisy(cv, row.runs),
+        "step ms p50": row.median(lambda m: m["step_time_ms"]["median"]),
+        "step ms p90": row.median(lambda m: m["step_time_ms"]["p90"]),
+        "startup s": row.median(lambda m: m["startup_s"]),
+        "first step s": row.median(lambda m: m["first_step_s"]),
+        "accuracy": row.median(lambda m: m["final_accuracy"]),
+        "loss": row.median(lambda m: m["final_loss"]),
+        "time to target s": _time_to_target(row),
+        "peak RSS MiB": row.median(lambda m: max(m["peak_rss_mb"])),
+        "RSS MiB per rank": row.per_position(lambda m: m["peak_rss_mb"]),
+        "peak device MiB": row.median(lambda m: max(m["peak_device_mb"] or [], default=None))
+        if devices else no_device,
+        "device MiB per device": devices or no_device,
+    }
+
+
+def _efficiency(row: Row, rows: list[Row]) -> float | None:
+    throughput = row.cells["samples/s"]
+    if throughput is None:
+        return None
+    for backend in (SINGLE.get(row.framework), row.backend):
+        # the same launcher first, where a backend has several
+        refs = sorted((r for r in rows if r.backend == backend and r.devices == 1
+                       and r.cells["samples/s"] is not None),
+                      key=lambda r: r.launcher != row.launcher)
+        if refs:
+            return throughput / (row.devices * refs[0].cells["samples/s"])
+    return None
+
+
+def _title(sha: str, records: list[dict]) -> str:
+    """What the spec fixes; a field that differs within it (batch mode) shows its values."""
+    def values(get: Callable[[dict], object], of: list[dict] = records) -> str:
+        return "/".join(dict.fromkeys(str(get(r)) for r in of))
+
+    steps = values(lambda r: r["steps"])
+    return (f"spec {sha[:10]}: model {values(lambda r: r['model'])}, dataset "
+            f"{values(lambda r: r['dataset'])}, global batch "
+            f"{values(lambda r: r['global_batch'])} ({values(lambda r: r['batch_mode'])} batch "
+            f"fixed), {steps} steps, lr {values(lambda r: r['lr'])}, seed "
+            f"{values(lambda r: r['seed'])}")
+
+
+def _order(key: tuple[str, str, int, str]) -> tuple:
+    """Frameworks and their backends in registry order (an unknown one after the known ones,
+    by name), then devices and launcher."""
+    framework, backend, devices, launcher = key
+    known = list(BACKENDS)
+    return (FRAMEWORKS.index(framework) if framework in FRAMEWORKS else len(FRAMEWORKS),
+            framework, known.index(backend) if backend in known else len(known), backend,
+            devices, launcher)
+
+
+def build_groups(records: list[dict]) -> list[Group]:
+    """One group per spec_sha256, one row per backend x devices x launcher, grouped by
+    framework, single first."""
+    by_spec: dict[str, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        key = (r["framework"], r["backend"], r["world_size"], r["launcher"])
+        by_spec[r["spec_sha256"]][key].append(r)
+    groups = []
+    for sha in sorted(by_spec):
+        order = sorted(by_spec[sha], key=_order)
+        rows = [Row(*key, runs=sorted(by_spec[sha][key], key=lambda r: r["repeat"]))
+                for key in order]
+        for row in rows:
+            row.cells = _cells(row)
+        for row in rows:
+            row.cells["scaling eff."] = _efficiency(row, rows)
+        groups.append(Group(sha, _title(sha, [r for row in rows for r in row.runs]), rows))
+    return groups
+
+
+def _short(commit: str | None) -> str | None:
+    """A commit as 10 hex digits, keeping a '-dirty' suffix (like the spec's 10)."""
+    return commit and commit[:10] + commit[40:]
+
+
+def environment_rows(groups: list[Group]) -> list[dict[str, Cell]]:
+    """One row per distinct environment of a backend x devices x launcher, counting its runs."""
+    rows: dict[tuple, dict[str, Cell]] = {}
+    for group in groups:
+        for row in group.rows:
+            for r in row.runs:
+                env = r["env"]
+                names = ", ".join(f"{n}x {name}" for name, n in Counter(env["device_names"])
+                                  .items()) or None
+                cells = {"spec": group.sha[:10], **{k: row.cells[k] for k in KEY},
+                         "python": env["python"], "OS": env["os"], "CPU": env["cpu_model"],
+                         "cores": env["cores"], "threads/worker": env["threads_per_worker"],
+                         "framework": r["framework"], "version": env["framework_version"],
+                         "device names": names, "CUDA": env["cuda_version"],
+                         "NCCL": env["nccl_version"], "git commit": _short(env["git_commit"])}
+                key = tuple(map(str, cells.values()))
+                rows.setdefault(key, {**cells, "runs": 0})["runs"] += 1
+    return list(rows.values())

@@ -1,0 +1,64 @@
+"""The HTML report in a real headless browser (Debian's chromium): benchmarks/report_in_browser.py
+renders the page of a small records folder, with a failure whose error is one long unbroken
+line, in a 1400-px window and checks with the browser's layout that it does not scroll
+sideways, that every figure decodes and that the headline comes first. Skipped, with its
+reason, where no chromium is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_report import PNG_SIGNATURE, RECORDS, record
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "report_in_browser.py"
+CHROMIUM = shutil.which("chromium")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium installed (Debian: apt-get install chromium)")
+# a traceback's path: nothing to break the line at
+LONG_ERROR = "exit code 1: /" + "very_long_folder_name/" * 40 + "worker.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("report_in_browser", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # about 15 s: three browser runs and eight figures
+def test_the_report_fits_a_1400_px_window(tmp_path: Path) -> None:
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    runs.mkdir()
+    records = [*RECORDS, record("paddle-launch", "paddle", 2, status="failed", error=LONG_ERROR)]
+    for i, rec in enumerate(records):
+        (runs / f"{i}.json").write_text(json.dumps(rec))
+    done = subprocess.run([sys.executable, str(SCRIPT), str(runs), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().endswith(": ok"), done.stdout
+    assert "8/8 figures decoded" in done.stdout  # 4 per spec
+    assert LONG_ERROR in (out / "report.html").read_text()
+    for shot in ("first-screen.png", "whole-page.png"):
+        png = (out / shot).read_bytes()
+        assert png.startswith(PNG_SIGNATURE)
+        assert int.from_bytes(png[16:20], "big") == 1400  # the IHDR width: the window's
+
+
+def test_the_check_sees_a_page_that_scrolls_sideways(tmp_path: Path) -> None:
+    """Not a vacuous pass: the same probe measures a page 3000 px wide as too wide."""
+    page = tmp_path / "wide.html"
+    page.write_text("<!DOCTYPE html><html><head><title>t</title></head><body>"
+                    "<h2>Headline</h2><div style='width: 3000px'>wide</div></body></html>")
+    script = _script()
+    found = script.measure(CHROMIUM, page)
+    assert found["scrollWidth"] >= 3000 and found["clientWidth"] <= 1400
+    assert script.problems(found) == [
+        f"page is {found['scrollWidth']} px wide, wider than the {found['clientWidth']}-px "
+        "window: it scrolls sideways"]
