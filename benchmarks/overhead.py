@@ -1,0 +1,160 @@
+"""Harness overhead per framework: the plainest training loop of that framework (the same model
+builder, weights, batches, learning rates and thread settings, in a fresh process) against
+`parbench run <framework>-single`, alternating rounds so that drift hits both sides.
+
+    python benchmarks/overhead.py --framework torch|tensorflow|paddle [--rounds 3]
+                                  [--steps 60] [--threads N]
+
+Prints one line per framework, ending in `harness overhead: +X.X%` (the median over rounds of
+each side's median steady-state step time). Only the timed step is compared: a bare loop times
+what the worker times (host batch -> framework tensors -> forward, loss, backward, update, loss
+read back to the host), so the difference is what the harness adds inside the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+import numpy as np
+from timing import BATCH, child_env, describe_rounds, parbench_run, step_ms
+
+from parbench.batches import schedule
+from parbench.data import load_synthetic
+from parbench.devices import cpu_count
+from parbench.optim import OptimizerSpec, lr_at
+from parbench.results import warmup_steps
+from parbench.spec import build_spec
+from parbench.weights import initial_weights
+
+SINGLE = {"torch": "torch-single", "tensorflow": "tf-single", "paddle": "paddle-single"}
+
+
+def batches(steps: int):
+    """(model spec, weights, [(x, y, lr)] for each step), the contract's order and schedule."""
+    data = load_synthetic()
+    spec = build_spec("resnet", data.input_shape, data.num_classes)
+    steps_data = [(np.asarray(data.x_train[s.indices]), np.asarray(data.y_train[s.indices]),
+                   lr_at(s.index, steps, OptimizerSpec()))
+                  for s in schedule(0, len(data.y_train), BATCH, steps)]
+    return spec, initial_weights(spec, 0), steps_data
+
+
+def bare_torch(steps: int, threads: int) -> list[float]:
+    import torch
+    import torch.nn.functional as F
+
+    from parbench.frameworks.torch.model import build_model
+
+    torch.set_num_threads(threads)
+    spec, weights, feed = batches(steps)
+    model = build_model(spec, weights).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    times = []
+    for x, y, lr in feed:
+        start = time.perf_counter()
+        optimizer.param_groups[0]["lr"] = lr
+        loss = F.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def bare_tensorflow(steps: int, threads: int) -> list[float]:
+    from parbench.frameworks.tensorflow import runtime
+    from parbench.frameworks.tensorflow.model import build_model
+    from parbench.frameworks.tensorflow.runtime import tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    spec, weights, feed = batches(steps)
+    model = build_model(spec, weights)
+    optimizer = runtime.sgd(model, OptimizerSpec())  # the shared rule (Keras' SGD differs)
+
+    @tf.function
+    def step(x, y, lr):
+        optimizer.learning_rate.assign(lr)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(runtime.per_example_loss(y, model(x, training=True)))
+        optimizer.apply(tape.gradient(loss, model.trainable_variables),
+                        model.trainable_variables)
+        return loss
+
+    times = []
+    for x, y, lr in feed:
+        start = time.perf_counter()
+        float(step(tf.constant(x), tf.constant(y), tf.constant(lr, tf.float32)))
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def bare_paddle(steps: int, threads: int) -> list[float]:
+    import paddle
+    import paddle.nn.functional as F
+
+    from parbench.frameworks.paddle.model import build_model
+
+    paddle.set_device("cpu")
+    paddle.base.core.set_num_threads(threads)
+    spec, weights, feed = batches(steps)
+    model = build_model(spec, weights)
+    model.train()
+    optimizer = paddle.optimizer.Momentum(
+        learning_rate=0.1, momentum=0.9, weight_decay=5e-4,
+        parameters=[p for p in model.parameters() if p.trainable])
+    times = []
+    for x, y, lr in feed:
+        start = time.perf_counter()
+        optimizer.set_lr(lr)
+        loss = F.cross_entropy(model(paddle.to_tensor(x)), paddle.to_tensor(y))
+        loss.backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        float(loss)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+BARE = {"torch": bare_torch, "tensorflow": bare_tensorflow, "paddle": bare_paddle}
+
+
+def bare_in_fresh_process(framework: str, steps: int, threads: int) -> float:
+    done = subprocess.run([sys.executable, __file__, "--bare-child", "--framework", framework,
+                           "--steps", str(steps), "--threads", str(threads)], check=True,
+                          capture_output=True, text=True, env=child_env(threads))
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=sorted(BARE), action="append",
+                        help="repeatable; default: all three")
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=cpu_count())
+    parser.add_argument("--bare-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    frameworks = args.framework or sorted(BARE)
+    if args.bare_child:
+        times = BARE[frameworks[0]](args.steps, args.threads)
+        print(float(np.median(times[warmup_steps(args.steps):]) * 1000))
+        return
+    for framework in frameworks:
+        bare, harness = [], []
+        for _ in range(args.rounds):
+            bare.append(bare_in_fresh_process(framework, args.steps, args.threads))
+            harness.append(step_ms(parbench_run(SINGLE[framework], args.steps,
+                                                "--threads", str(args.threads))))
+        b, h = float(np.median(bare)), float(np.median(harness))
+        print(f"{framework}: bare {b:.1f} ms/step ({describe_rounds(bare)}), "
+              f"{SINGLE[framework]} {h:.1f} ms/step ({describe_rounds(harness)}), "
+              f"harness overhead: {100 * (h - b) / b:+.1f}%", flush=True)
+
+
+if __name__ == "__main__":
+    main()
