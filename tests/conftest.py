@@ -18,11 +18,19 @@ from parbench.backends import BACKENDS
 
 
 def parbench(*args: str, env: dict | None = None, timeout: float = 600,
-             cwd: str | Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``parbench ARGS`` like a user; returns the finished process."""
+             cwd: str | Path | None = None,
+             prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Run ``parbench ARGS`` like a user; returns the finished process. ``prefix`` is a
+    command that runs it, e.g. ``("taskset", "-c", "0")``."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "parbench.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=full_env, cwd=cwd)
+    return subprocess.run([*prefix, sys.executable, "-m", "parbench.cli", *args],
+                          capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+
+
+def default_threads(processes: int) -> int:
+    """The threads per worker a run gets without --threads: the cores this process may use
+    (its affinity, not the machine's core count) shared among the run's processes."""
+    return max(1, len(os.sched_getaffinity(0)) // processes)
 
 
 def records_in(folder: Path) -> list[dict]:

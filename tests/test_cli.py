@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 
 from conftest import parbench, write_cifar
+from parbench.backends import BACKENDS
+from parbench.devices import gpu_count
 
 
 def assert_refused(result, out, fragment):
@@ -25,7 +30,8 @@ def assert_refused(result, out, fragment):
     (["torch-single", "--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"],
      "/nonexistent/cifar does not exist"),
     (["torch-single", "--dataset", "mnist"], "needs --data-dir"),
-    (["torch-dp", "--devices", "2"], "CUDA devices (none found"),
+    pytest.param(["torch-dp", "--devices", "2"], "CUDA devices (none found",
+                 marks=pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")),
     (["torch-ddp", "--launcher", "mpirun"], "no launcher 'mpirun'"),
     (["torch-single", "--devices", "2"], "runs on one device"),
 ])
@@ -59,12 +65,50 @@ def test_corrupt_cifar_file_is_refused(tmp_path):
     assert_refused(result, out, "data_batch_2")
 
 
+def _listed_states(result) -> dict[str, str]:
+    """backend -> "available" or the reason after "unavailable: ", from `parbench list`."""
+    assert result.returncode == 0, result.stderr
+    states = {}
+    for line in result.stdout.splitlines():
+        name = line.split()[0]
+        if " unavailable: " in line:
+            states[name] = line.split(" unavailable: ", 1)[1].strip()
+            assert states[name], line  # a reason, not an empty tail
+        else:  # "unavailable" also ends in "available": only a line without it counts
+            assert line.rstrip().endswith(" available"), line
+            states[name] = "available"
+    assert set(states) == set(BACKENDS)
+    return states
+
+
 def test_list_says_what_is_available_and_why_not():
-    result = parbench("list")
-    assert result.returncode == 0
-    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
-    assert {"torch-single", "torch-dp", "torch-ddp"} <= set(lines)
-    assert all(("available" in line) for line in lines.values())
+    states = _listed_states(parbench("list"))
+    for name, state in states.items():
+        # a backend's framework name is the module it needs; ask importlib, not parbench
+        installed = importlib.util.find_spec(BACKENDS[name].framework) is not None
+        assert (state == "available") == installed, (name, state)
+
+
+# Hides one framework from importlib in a fresh process, as if it were not installed.
+# (importlib.util.find_spec returns None for a module whose sys.modules entry is None.)
+LIST_WITHOUT = """
+import sys
+sys.modules[sys.argv[1]] = None
+from parbench.cli import main
+sys.exit(main(["list"]))
+"""
+
+
+def test_list_names_the_missing_framework_and_how_to_install_it():
+    result = subprocess.run([sys.executable, "-c", LIST_WITHOUT, "paddle"], capture_output=True,
+                            text=True, timeout=120)
+    states = _listed_states(result)
+    for name, state in states.items():
+        if BACKENDS[name].framework == "paddle":
+            assert state.startswith("paddle is not installed") and "parbench[paddle]" in state
+        else:  # only the hidden framework's backends change
+            installed = importlib.util.find_spec(BACKENDS[name].framework) is not None
+            assert (state == "available") == installed, (name, state)
 
 
 def test_check_reports_every_problem(tmp_path):

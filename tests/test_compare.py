@@ -20,6 +20,7 @@ EXPECTED = {("torch-single", 1, r) for r in range(2)} | {("torch-ddp", n, r) for
                                                         for r in range(2)}
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_interrupted_sweep_resumes_without_loss_or_duplicates(tmp_path):
     out, report = tmp_path / "runs", tmp_path / "report"
@@ -66,6 +67,7 @@ def test_parity_verdicts():
     assert Comparison("tf", "logits", 1e-6, 1e-5).ok is True
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_parity_command_checks_strategies(tmp_path):
     result = parbench("parity", "--framework", "torch", "--strategies", "torch-ddp")

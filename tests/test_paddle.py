@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs, parbench, records_in
+from conftest import default_threads, needs, parbench, records_in
 from parbench import harness
 from parbench.parity import (FORWARD_CASES, STRATEGY_TOLERANCE, compare_forward, compare_runs,
                              forward_inputs, run_trajectory)
@@ -32,6 +32,7 @@ pytestmark = needs("paddle")
 # stay below 2e-6, so the tolerances below test the math, not the luck of the rounding.
 DATASET = "digits"
 ENV_DUMPS = ("envlog.*", "backup_env.*", "default.*.log")  # the launcher's environment copies
+FAST_FORWARD_CASE = ("resnet", "train")  # in the fast lane: logits and every running statistic
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,9 @@ def single_trajectory(tmp_path_factory):
 
 
 @needs("torch")
-@pytest.mark.parametrize("model,mode", FORWARD_CASES)
+@pytest.mark.parametrize("model,mode", [
+    pytest.param(*case, marks=() if case == FAST_FORWARD_CASE else pytest.mark.slow)
+    for case in FORWARD_CASES])
 def test_forward_matches_torch(tmp_path, model, mode):
     checks = compare_forward("paddle", model, mode, tmp_path)
     if mode == "train":  # every running statistic is compared after the training-mode pass
@@ -59,14 +62,20 @@ def test_ten_steps_match_torch(tmp_path, single_trajectory):
     assert len(curve) == 10 and min(curve[5:]) < curve[0]  # it trained
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_batchnorm_training_matches_torch_end_to_end(tmp_path):
     """paddle-single through `parbench run`, on the BatchNorm model: gradients through
-    BatchNorm, weight decay on its scale and shift, and running statistics after 10 steps."""
+    BatchNorm, weight decay on its scale and shift, and running statistics after 5 steps.
+
+    5, not 10: on digits this model meets a discrete event between steps 7 and 10 (some value
+    crossing a kink such as a ReLU's, which rounding decides). Measured on an Intel Xeon:
+    torch against itself from weights perturbed by 1e-7 stays 1.4e-6 apart for 7 steps and
+    ends 1.2e-2 apart after 10, exactly where Paddle lands; Paddle vs torch is 8.5e-7 at 5."""
     runs = {}
     for backend in ("torch-single", "paddle-single"):
         result = parbench("run", backend, "--model", "resnet", "--dataset", DATASET, "--steps",
-                          "10", "--global-batch", "32", "--schedule", "constant",
+                          "5", "--global-batch", "32", "--schedule", "constant",
                           "--save-weights", str(tmp_path / f"{backend}.npz"),
                           "--out", str(tmp_path / backend), cwd=tmp_path)
         assert result.returncode == 0, result.stderr
@@ -78,13 +87,15 @@ def test_batchnorm_training_matches_torch_end_to_end(tmp_path):
         assert check.ok, check
     record = runs["paddle-single"][0]
     assert record["status"] == "ok" and record["env"]["framework"] == "paddle"
-    assert record["env"]["compute_threads"] == record["env"]["threads_per_worker"] == 2
+    assert record["env"]["compute_threads"] == record["env"]["threads_per_worker"] == (
+        default_threads(1))
     assert record["metrics"]["peak_device_mb"] is None  # CPU: no fake zero
     assert len(record["metrics"]["peak_rss_mb"]) == 1
     assert any("BatchNorm" in note for note in record["notes"])
 
 
-@pytest.mark.parametrize("backend", ["paddle-spawn", "paddle-launch"])
+@pytest.mark.parametrize("backend", ["paddle-spawn",
+                                     pytest.param("paddle-launch", marks=pytest.mark.slow)])
 def test_data_parallel_matches_single_device(tmp_path, monkeypatch, single_trajectory,
                                              backend):
     seen, real = [], harness._rank_logs
@@ -106,7 +117,7 @@ def test_data_parallel_matches_single_device(tmp_path, monkeypatch, single_traje
     assert np.mean(first) == pytest.approx(single_trajectory[0]["metrics"]["loss_curve"][0],
                                            rel=1e-6)
     env = run[0]["env"]
-    assert env["compute_threads"] == env["threads_per_worker"] == 1
+    assert env["compute_threads"] == env["threads_per_worker"] == default_threads(2)
     assert env["process_group"] == "GLOO" and env["device_names"] == ["cpu", "cpu"]
 
 
@@ -131,6 +142,7 @@ def _run_watching_workdir(args: list[str], cwd: Path, env: dict) -> tuple[int, l
     return proc.returncode, listing
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend,during_run", [
     ("paddle-spawn", []),
     ("paddle-launch", ["workerlog.0", "workerlog.1"]),  # the environment dumps are gone
@@ -151,6 +163,7 @@ def test_run_records_and_leaves_no_environment_dump(tmp_path, backend, during_ru
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret in p.read_text()]
 
 
+@pytest.mark.slow
 def test_one_process_data_parallel_runs(tmp_path):
     """--devices 1 is the first point of every scaling sweep; Paddle has no process group then."""
     result = parbench("run", "paddle-launch", "--devices", "1", "--dataset", DATASET, "--steps",
@@ -161,6 +174,7 @@ def test_one_process_data_parallel_runs(tmp_path):
     assert any("no process group" in note for note in record["notes"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["paddle-spawn", "paddle-launch"])
 @pytest.mark.parametrize("kind", ["crash", "exit"])
 def test_failed_worker_fails_the_run_quickly(tmp_path, backend, kind):

@@ -26,6 +26,7 @@ def one_line_refusal(result, fragment: str) -> None:
     assert lines[0].startswith("parbench: error:") and fragment in lines[0], lines[0]
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_records_of_two_launchers_coexist_and_resume_tells_them_apart(tmp_path):
     common = ["torch-ddp", "--devices", "2", "--steps", "2", "--global-batch", "32",
@@ -41,6 +42,7 @@ def test_records_of_two_launchers_coexist_and_resume_tells_them_apart(tmp_path):
     assert len(records_in(tmp_path)) == 2
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_thread_count_is_part_of_the_record_name(tmp_path):
     common = ["torch-single", "--steps", "2", "--global-batch", "32", "--out", str(tmp_path)]

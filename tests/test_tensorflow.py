@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs, parbench, records_in
+from conftest import default_threads, needs, parbench, records_in
+from parbench.exits import first_failure
 from parbench.parity import (FORWARD_CASES, STRATEGY_TOLERANCE, TRAJECTORY_TOLERANCE,
                              compare_forward, compare_runs, forward_inputs)
 from parbench.weights import load_weights
@@ -67,6 +68,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
     return dict(zip(RUNS, _in_lanes(lambda name: _train(folder, name), list(RUNS))))
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_forward_matches_torch(tmp_path):
     results = _in_lanes(lambda case: compare_forward("tensorflow", *case,
@@ -80,6 +82,7 @@ def test_forward_matches_torch(tmp_path):
             assert check.ok, check
 
 
+@pytest.mark.slow  # the runs fixture trains six 10-step runs
 @needs("torch")
 def test_ten_steps_match_torch(runs):
     for check in compare_runs("tf-single", runs["torch-single"], runs["tf-single"],
@@ -89,6 +92,7 @@ def test_ten_steps_match_torch(runs):
     assert len(curve) == 10 and min(curve[5:]) < curve[0]  # it trained
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,reference", [
     ("tf-mirrored", "tf-single"),
     ("tf-multiworker", "tf-single"),
@@ -99,6 +103,7 @@ def test_strategy_matches_its_reference(runs, name, reference):
         assert check.ok, check
 
 
+@pytest.mark.slow
 def test_records_are_plausible(runs):
     for name, (record, _weights) in runs.items():
         metrics, env = record["metrics"], record["env"]
@@ -113,6 +118,7 @@ def test_records_are_plausible(runs):
         # step 0 traces the tf.function: reported alone, far slower than a steady step
         assert metrics["first_step_s"] > 2 * metrics["step_time_ms"]["median"] / 1000
         assert env["intra_op_threads"] == env["inter_op_threads"] == env["threads_per_worker"]
+        assert env["threads_per_worker"] == default_threads(processes), name
         assert len(set(env["device_names"])) == len(env["device_names"]) == record["world_size"]
     assert runs["tf-single"][0]["metrics"]["time_to_target_s"] is not None
     assert runs["tf-mirrored"][0]["env"]["device_names"] == [
@@ -120,7 +126,6 @@ def test_records_are_plausible(runs):
         "/job:localhost/replica:0/task:0/device:CPU:1"]  # logical devices, one per replica
     multiworker = runs["tf-multiworker"][0]
     assert multiworker["launcher"] == "tf-config" and multiworker["env"]["communication"] == "RING"
-    assert multiworker["env"]["threads_per_worker"] == 1
     assert any("global-batch loss" in note for note in multiworker["notes"])
     keras_fit = runs["tf-mirrored-keras-bn"][0]
     assert keras_fit["env"]["keras_fit"] is True
@@ -177,6 +182,7 @@ def _faulty_run(folder: Path, fault: str) -> tuple[subprocess.CompletedProcess, 
     return result, record
 
 
+@pytest.mark.slow
 def test_dead_worker_fails_the_run_quickly(tmp_path):
     faults = ["crash:1:2", "exit:1:2"]
     for fault, (result, record) in zip(faults, _in_lanes(lambda f: _faulty_run(tmp_path, f),
@@ -190,7 +196,7 @@ def test_dead_worker_fails_the_run_quickly(tmp_path):
     assert parbench("check", str(tmp_path / "crash-1-2")).returncode == 0
 
 
-def test_supervisor_kills_the_survivors_of_a_dead_worker():
+def test_supervisor_kills_the_survivors_of_a_dead_worker(tmp_path):
     """A worker that dies before joining leaves its peers waiting in the strategy's setup for
     over ten minutes, deaf to SIGTERM (measured): the tf-config supervisor must kill them."""
     from parbench.frameworks.tensorflow import multiworker
@@ -199,6 +205,7 @@ def test_supervisor_kills_the_survivors_of_a_dead_worker():
     waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="worker 1 exited with 3; stopped the others"):
-        multiworker.cluster.supervise([waiting, dead])
+    with pytest.raises(RuntimeError, match="worker 1 exit code 3; stopped the others"):
+        multiworker.cluster.supervise([waiting, dead], tmp_path)
     assert waiting.poll() is not None and time.monotonic() - start < 10
+    assert first_failure(tmp_path).endswith("died first: exit code 3")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import needs, parbench, records_in
+from conftest import default_threads, needs, parbench, records_in
 from parbench.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
 
 pytestmark = needs("torch")
@@ -15,7 +15,7 @@ def single_trajectory(tmp_path_factory):
     return run_trajectory("torch-single", tmp_path_factory.mktemp("single"))
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
+@pytest.mark.parametrize("launcher", ["torchrun", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_ddp_matches_single_device(tmp_path, single_trajectory, launcher):
     ddp = run_trajectory("torch-ddp", tmp_path, devices=2, launcher=launcher)
     assert ddp[0]["launcher"] == launcher and ddp[0]["world_size"] == 2
@@ -26,6 +26,7 @@ def test_ddp_matches_single_device(tmp_path, single_trajectory, launcher):
     assert len(curve) == 10 and min(curve[5:]) < curve[0]
 
 
+@pytest.mark.slow  # the default budget: 64 steps
 def test_default_budget_reaches_high_accuracy(tmp_path):
     result = parbench("run", "torch-single", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -33,13 +34,15 @@ def test_default_budget_reaches_high_accuracy(tmp_path):
     metrics = record["metrics"]
     assert metrics["final_accuracy"] > 0.9
     assert len(metrics["accuracy_curve"]) == 2  # one evaluation per epoch
-    assert record["env"]["threads_per_worker"] == 2 and record["env"]["framework"] == "torch"
+    assert record["env"]["threads_per_worker"] == default_threads(1)
+    assert record["env"]["framework"] == "torch"
 
 
 @pytest.mark.parametrize("backend,devices,extra", [
     ("torch-single", "1", []),
     ("torch-dp", "1", []),
-    ("torch-ddp", "2", ["--launcher", "spawn", "--repeats", "2"]),
+    pytest.param("torch-ddp", "2", ["--launcher", "spawn", "--repeats", "2"],
+                 marks=pytest.mark.slow),
 ])
 def test_run_writes_records_that_check_accepts(tmp_path, backend, devices, extra):
     result = parbench("run", backend, "--devices", devices, "--steps", "6", "--global-batch",
@@ -61,6 +64,7 @@ def test_run_writes_records_that_check_accepts(tmp_path, backend, devices, extra
     assert backend in result.stdout  # the table is printed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher,kind", [("torchrun", "crash"), ("spawn", "exit")])
 def test_crashed_worker_fails_the_run_quickly(tmp_path, launcher, kind):
     result = parbench("run", "torch-ddp", "--launcher", launcher, "--steps", "50",
@@ -75,6 +79,7 @@ def test_crashed_worker_fails_the_run_quickly(tmp_path, launcher, kind):
     assert parbench("check", str(tmp_path)).returncode == 0
 
 
+@pytest.mark.slow
 def test_hung_worker_times_out(tmp_path):
     result = parbench("run", "torch-ddp", "--launcher", "spawn", "--steps", "50",
                       "--global-batch", "32", "--timeout", "20", "--out", str(tmp_path),

@@ -1,0 +1,139 @@
+"""Canonical weights -> each framework's model -> canonical export is bit-identical: same names,
+dtypes, shapes and bits, for every framework and model kind (the README's promise).
+
+The parity checks compare within tolerances, so a lossy load could hide under them: a kernel
+transposed where it is square (OIHW 8x8x3x3 read as IOHW keeps its shape), a float16 detour,
+running statistics that are dropped and re-initialised. Each framework runs in its own process
+(TensorFlow and Paddle segfault in one), through its parity ``forward.py``, which exports the
+model's weights after the forward pass it is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import needs
+from parbench.parity import FRAMEWORKS, forward_inputs
+from parbench.spec import MODEL_NAMES, build_spec
+from parbench.weights import initial_weights, load_weights, save_weights
+
+# All of one framework's requests run in one process, one after another: importing TensorFlow
+# alone takes ~10 s here. forward.py's main() builds a fresh model for every request.
+ANSWER_REQUESTS = """
+import importlib, sys
+forward = importlib.import_module(f"parbench.frameworks.{sys.argv[1]}.forward")
+for request in sys.argv[2:]:
+    forward.main(request)
+"""
+
+
+def mismatches(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray]) -> dict[str, str]:
+    """Tensor name -> how ``actual`` differs from ``expected`` bit for bit; empty if identical.
+
+    Values alone are not enough: np.array_equal holds between a float32 array and its float64
+    copy, and between +0.0 and -0.0, so dtype and shape are compared first, then the bytes."""
+    found = {name: "missing" for name in expected if name not in actual}
+    found.update({name: "unexpected" for name in actual if name not in expected})
+    for name in expected.keys() & actual.keys():
+        want, got = expected[name], actual[name]
+        if got.dtype != want.dtype:
+            found[name] = f"dtype {got.dtype}, expected {want.dtype}"
+        elif got.shape != want.shape:
+            found[name] = f"shape {got.shape}, expected {want.shape}"
+        elif np.ascontiguousarray(got).tobytes() != np.ascontiguousarray(want).tobytes():
+            worst = float(np.abs(got.astype(np.float64) - want).max())
+            found[name] = f"values differ (max |difference| {worst:.3g})"
+    return found
+
+
+def _request(folder: Path, model: str, mode: str) -> Path:
+    """Write a forward request (the format of parbench.parity.run_forward) for ``model``."""
+    spec, weights, batch = forward_inputs(model)
+    folder.mkdir(parents=True)
+    save_weights(folder / "weights.npz", weights)
+    np.savez(folder / "inputs.npz", x=batch)
+    request = {"model": spec, "mode": mode, "weights": str(folder / "weights.npz"),
+               "inputs": str(folder / "inputs.npz"), "output": str(folder / "output.npz")}
+    (folder / "request.json").write_text(json.dumps(request))
+    return folder / "request.json"
+
+
+def _exported(output: Path) -> dict[str, np.ndarray]:
+    return {name[len("weights/"):]: tensor for name, tensor in load_weights(output).items()
+            if name.startswith("weights/")}
+
+
+def _round_trip(framework: str, folder: Path) -> dict[tuple[str, str], dict[str, np.ndarray]]:
+    """(model, mode) -> the weights ``framework`` exported after that forward pass: an
+    inference pass for every model kind, and a training pass of the BatchNorm resnet."""
+    cases = [(model, "eval") for model in MODEL_NAMES] + [("resnet", "train")]
+    requests = [_request(folder / f"{model}-{mode}", model, mode) for model, mode in cases]
+    done = subprocess.run([sys.executable, "-c", ANSWER_REQUESTS, framework,
+                           *map(str, requests)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {case: _exported(request.parent / "output.npz")
+            for case, request in zip(cases, requests)}
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """framework -> its round-trip exports, each framework's process started once."""
+    cache: dict[str, dict] = {}
+
+    def get(framework: str) -> dict:
+        if framework not in cache:
+            cache[framework] = _round_trip(framework, tmp_path_factory.mktemp(framework))
+        return cache[framework]
+
+    return get
+
+
+@pytest.mark.parametrize("model", MODEL_NAMES)
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in FRAMEWORKS])
+def test_weights_export_back_bit_identically(exports, framework, model):
+    # forward_inputs gives the BatchNorm running statistics random values, not zeros and ones,
+    # so a loader that skipped them (leaving the defaults) would be caught too. An inference
+    # pass changes nothing, so what comes back must be exactly what went in.
+    expected = forward_inputs(model)[1]
+    assert mismatches(expected, exports(framework)[(model, "eval")]) == {}
+
+
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in FRAMEWORKS])
+def test_export_reads_the_live_model(exports, framework):
+    """A training pass moves every running statistic and nothing else: the export reflects the
+    model's state after the pass (it is not an echo of the loaded arrays, which would make the
+    round trip above pass vacuously)."""
+    expected = forward_inputs("resnet")[1]
+    changed = mismatches(expected, exports(framework)[("resnet", "train")])
+    assert set(changed) == {name for name in expected if ".running_" in name}
+    assert all(why.startswith("values differ") for why in changed.values()), changed
+
+
+def test_comparison_catches_transposed_cast_rounded_signed_and_renamed_tensors():
+    weights = initial_weights(build_spec("resnet", (3, 16, 16), 10), seed=0)
+    square = next(name for name, w in weights.items() if w.ndim == 4 and w.shape[0] == w.shape[1])
+    assert mismatches(weights, {k: v.copy() for k, v in weights.items()}) == {}
+
+    transposed = {**weights, square: np.swapaxes(weights[square], 0, 1)}  # IOHW read as OIHW
+    assert transposed[square].shape == weights[square].shape  # the shape cannot tell
+    (why,) = mismatches(weights, transposed).values()
+    assert list(mismatches(weights, transposed)) == [square] and why.startswith("values differ")
+
+    widened = {**weights, square: weights[square].astype(np.float64)}
+    assert np.array_equal(widened[square], weights[square])  # equal values, other dtype
+    assert mismatches(weights, widened) == {square: "dtype float64, expected float32"}
+
+    rounded = {**weights, square: weights[square].astype(np.float16).astype(np.float32)}
+    assert list(mismatches(weights, rounded)) == [square]
+
+    zeros = np.zeros(4, np.float32)
+    assert list(mismatches({"bias": zeros}, {"bias": -zeros})) == ["bias"]  # -0.0 == 0.0
+
+    renamed = {("renamed" if k == square else k): v for k, v in weights.items()}
+    assert mismatches(weights, renamed) == {square: "missing", "renamed": "unexpected"}
