@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from dataclasses import fields
@@ -15,9 +16,10 @@ from .compare import (choose_backends, parse_device_counts, run_sweep, sweep_con
                       warn_if_busy)
 from .config import ISOLATION_CHOICES, RunConfig, UsageError, read_config_file
 from .harness import prepare, run_once
-from .html_report import write_report
+from .html_report import write_atomic, write_report
 from .lifetime import (Terminated, become_subreaper, handle_termination, private_tempdir,
                        remove_stale_tempdirs)
+from .profiling import DOCUMENT_KEY
 from .report import render
 from .results import check_folder, probe_file, probe_folder, save_record
 
@@ -57,6 +59,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "on (refuse to run otherwise), off")
     add("--save-weights", metavar="FILE.npz",
         help="also write the final weights (canonical layout) of the last repeat here")
+    add("--profile", action="store_true", default=None,
+        help="split up to 10 steady steps into forward/backward/optimizer/communication per "
+        "rank and list the framework profiler's top operations, in <record>.profile.json; the "
+        "record is marked and kept out of the performance tables")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -78,8 +84,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         for repeat in range(cfg.repeats):
             last = repeat == cfg.repeats - 1
             record = run_once(prepared, repeat, save_to if last else None)
+            profile = record.pop(DOCUMENT_KEY, None)  # a file of its own, next to the record
             path, problem = save_record(Path(cfg.out), record)
             print(f"{record['status']}: {path}", file=sys.stderr)
+            if profile is not None:
+                unsaved += _save_profile(path.with_name(record["profile"]["file"]), profile)
             records.append(record)
             unsaved += [problem] if problem else []
     print(render(records))
@@ -88,8 +97,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in records) and not unsaved else 1
 
 
+def _save_profile(target: Path, profile: dict) -> list[str]:
+    """Write a profile document next to its record; [] or the problem, like a record's."""
+    try:
+        write_atomic(target, json.dumps(profile, indent=1).encode())
+    except OSError as err:
+        return [f"could not write the profile {target} ({err.strerror or err})"]
+    print(f"profile: {target}", file=sys.stderr)
+    return []
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if cfg.profile:  # compare's records feed the performance tables, which profiles never do
+        raise UsageError("--profile is for 'parbench run': profiled runs are never compared")
     backends = choose_backends(args.backends, args.framework)
     configs, skipped = sweep_configs(cfg, backends, parse_device_counts(args.device_counts))
     for skip in skipped:

@@ -27,6 +27,12 @@ LAUNCHER_REFUSALS = {
     "MultiWorkerMirroredStrategy upstream, keras-team/keras#20585: use tf-multiworker)",
 }
 
+# Backends whose steps parbench cannot split into phases, with the reason.
+PROFILE_REFUSALS = {
+    "tf-mirrored-keras": "Keras fit runs its own training loop, so parbench cannot time its "
+    "steps by phase; profile tf-mirrored, the same strategy in a custom loop",
+}
+
 
 class UsageError(Exception):
     """Bad input: the CLI prints the message on one line and exits with code 2."""
@@ -58,6 +64,7 @@ class RunConfig:
     out: str = "results/runs"
     verbose: bool = False
     isolate_network: str = "auto"  # auto | on | off: the run's processes in a private netns
+    profile: bool = False  # split steady steps into phases, run the framework's profiler
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class Plan:
     threads: int
     optimizer: OptimizerSpec
     isolate_network: bool  # resolved: the launcher starts in a namespace with only loopback
+    profile: bool = False  # a profiled run: its own record name, never in performance tables
 
 
 def read_config_file(path: str) -> dict:
@@ -179,6 +187,9 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
         why = LAUNCHER_REFUSALS.get((backend.name, launcher), "")
         raise UsageError(f"{backend.name} has no launcher {launcher!r}{why}; it supports "
                          f"{', '.join(backend.launchers)}")
+    if cfg.profile and backend.name in PROFILE_REFUSALS:
+        raise UsageError(f"--profile is not available for {backend.name}: "
+                         f"{PROFILE_REFUSALS[backend.name]}")
     world = _world_size(cfg, backend)
     global_batch, per_device, mode = _batches(cfg, world)
     processes = 1 if backend.one_process else world
@@ -196,4 +207,4 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     optimizer = OptimizerSpec(scaled_lr(cfg.lr, global_batch, cfg.lr_scaling), cfg.momentum,
                               cfg.weight_decay, cfg.schedule, cfg.warmup_steps)
     return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, threads,
-                optimizer, _isolation(cfg.isolate_network))
+                optimizer, _isolation(cfg.isolate_network), cfg.profile)

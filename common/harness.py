@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .batches import steps_per_epoch
 from .config import Plan, RunConfig, UsageError, resolve
 from .data import Dataset, DatasetError, load_dataset
 from .envinfo import machine_env
@@ -28,7 +29,8 @@ from .lifetime import ProcessTree, die_with_parent, private_tempdir
 from .load import LoadSample, load_env
 from .loop import RankLog
 from .netns import enter_private_network
-from .results import SCHEMA_VERSION, aggregate, run_variant
+from .profiling import attach, window
+from .results import SCHEMA_VERSION, aggregate, name_of, run_variant, warmup_steps
 from .spec import ModelSpec, build_spec, sha256_of, spec_dict
 from .weights import initial_weights, save_weights
 
@@ -184,7 +186,17 @@ def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None) -> Job
                num_classes=prepared.dataset.num_classes, global_batch=plan.global_batch,
                total_steps=plan.total_steps, optimizer=asdict(plan.optimizer), seed=cfg.seed,
                workdir=str(workdir), shared=str(prepared.shared),
-               save_weights=save_weights_to is not None, verbose=cfg.verbose)
+               save_weights=save_weights_to is not None, verbose=cfg.verbose,
+               profile_steps=_profile_steps(prepared))
+
+
+def _profile_steps(prepared: Prepared) -> list[int] | None:
+    """--profile's window: the record's own warm-up rule decides where steady steps begin."""
+    plan = prepared.plan
+    if not plan.profile:
+        return None
+    per_epoch = steps_per_epoch(len(prepared.dataset.y_train), plan.global_batch)
+    return window(plan.total_steps, warmup_steps(plan.total_steps), per_epoch)
 
 
 def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = None) -> dict:
@@ -207,7 +219,10 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
             status = "timeout" if status == "timeout" else "failed"
         elif save_weights_to is not None:
             shutil.copyfile(workdir / "final_weights.npz", save_weights_to)
-    return _record(prepared, repeat, status, error, logs, launch, duration, load)
+    record = _record(prepared, repeat, status, error, logs, launch, duration, load)
+    if logs and plan.profile:  # the ranks' figures become the profile document and summary
+        attach(record, name_of(record), [(log.rank, log.profile) for log in logs])
+    return record
 
 
 def _record(prepared: Prepared, repeat: int, status: str, error: str | None,

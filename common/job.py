@@ -31,6 +31,7 @@ class Job:
     workdir: str  # this run's folder: job.json, rank files, progress, launcher logs
     shared: str  # inputs shared by every run of a configuration: data/ and weights.npz
     save_weights: bool = False  # rank 0 exports final weights to workdir/final_weights.npz
+    profile_steps: list[int] | None = None  # --profile: [first, stop) of the profiled steps
     verbose: bool = False
     extra: dict = field(default_factory=dict)
 

@@ -4,7 +4,8 @@ A strategy file (``frameworks/<framework>/<strategy>.py``) supplies a ``Strategy
 up, build the model, take a step and evaluate. This loop owns everything that must be identical
 across frameworks: which rows each process reads, the learning rate of each step, when to
 evaluate, and how time and memory are measured. Each process writes ``rank<N>.json`` at the end;
-the harness aggregates those files into the run's record.
+the harness aggregates those files into the run's record. With ``--profile``, the steps of
+``job.profile_steps`` go through the strategy's profiler instead (see profile.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .batches import eval_slice, schedule, shard_slice
 from .data import Dataset
 from .job import FAULT_ENV, Job, write_error
 from .optim import lr_at
+from .profiling import Session, StepProfiler
 from .weights import save_weights
 
 EVAL_CHUNK = 1024  # rows per evaluate() call: bounds memory, not part of the contract
@@ -57,6 +59,9 @@ class Strategy(Protocol):
     def teardown(self) -> None:
         """Release process groups and devices."""
 
+    def profiler(self) -> StepProfiler:
+        """--profile: this strategy's step split into phases, and its framework's profiler."""
+
 
 @dataclass
 class RankLog:
@@ -69,6 +74,7 @@ class RankLog:
     peak_rss_mb: float = 0.0
     peak_device_mb: list[float] | None = None
     describe: dict = field(default_factory=dict)
+    profile: dict | None = None  # --profile: Session.result() of this rank
 
 
 def inject_test_fault(rank: int, step: int) -> None:
@@ -133,6 +139,8 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
     rows = shard_slice(job.global_batch, strategy.num_processes, strategy.rank)
     log = RankLog(rank=strategy.rank, rows=rows.stop - rows.start)
     progress, optimizer, train_s = Progress(job, strategy.rank), job.optimizer_spec, 0.0
+    session = Session(strategy.profiler(), job.profile_steps, strategy.train_step) \
+        if job.profile_steps else None
     for step in schedule(job.seed, len(data.y_train), job.global_batch, job.total_steps):
         mine = step.indices[rows]
         x, y = np.asarray(data.x_train[mine]), np.asarray(data.y_train[mine])
@@ -140,10 +148,13 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
         inject_test_fault(strategy.rank, step.index)
         if step.index == 0:
             log.first_step_start = time.time()
+        take_step = session.take(step.index) if session else strategy.train_step
         start = time.perf_counter()
-        loss = strategy.train_step(x, y, lr)
+        loss = take_step(x, y, lr)
         strategy.synchronize()
         elapsed = time.perf_counter() - start
+        if session:
+            session.done(step.index)
         log.step_s.append(elapsed)
         log.losses.append(float(loss))
         train_s += elapsed
@@ -154,6 +165,7 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
     log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     log.peak_device_mb = strategy.peak_device_mb()
     log.describe = strategy.describe()
+    log.profile = session.result() if session else None
     write_rank_log(job, strategy, log)
     return log
 

@@ -23,6 +23,18 @@ QUALITY = (*KEY, "accuracy", "loss", "time to target s", "peak RSS MiB", "RSS Mi
            "peak device MiB", "device MiB per device")
 ENVIRONMENT = ("spec", *KEY, "runs", "python", "OS", "CPU", "cores", "threads/worker",
                "framework", "version", "device names", "CUDA", "NCCL", "git commit")
+PROFILES = (*KEY, "status", "runs", "forward ms", "backward ms", "optimizer ms",
+            "communication ms", "step ms", "top ops (ms/step)")
+PROFILE_NOTES = [
+    "Runs made with --profile, kept out of every other table: the profiler's overhead is in "
+    "their times. Per backend x devices: medians over the ok repeats of the slowest rank's "
+    "median phase times, and the first repeat's top 3 operations by self time per step.",
+    "Each record's <record>.profile.json has every rank, every profiled step and what each "
+    "phase includes: under DDP communication overlaps backward (it is inside it, not added); "
+    "TensorFlow's phases are estimates by subtraction of separately compiled functions; "
+    "Paddle's communication is a separately timed all-reduce of the gradients' size (the real "
+    "one is inside backward).",
+]
 NOT_REACHED = "not reached"
 NOTES = (
     "Each cell is the median over the row's ok repeats; the spread of samples/s is the min and "
@@ -121,19 +133,26 @@ def _methods(groups: list[Group]) -> list[str]:
 
 def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
     """(title, intro, sections): what the Markdown and the HTML report both show, top-down:
-    the headline, each spec's tables, how the figures are made, the environment."""
-    records = sum(len(row.runs) for g in groups for row in g.rows)
+    the headline, each spec's tables, the profiled runs' phases (kept out of every other
+    table), how the figures are made, the environment."""
+    records = sum(len(row.runs) for g in groups for row in [*g.rows, *g.profiles])
     intro = [f"{records} record(s) of {len(groups)} spec(s)."]
     if len(groups) > 1:
         intro.append(f"The records hold {len(groups)} different specs (spec_sha256): runs of "
                      "different specs are never compared, each spec has its own tables.")
-    sections = [Section("Headline", None, [_headline(g) for g in groups], [
+    plain = [g for g in groups if g.rows]  # a spec with only profiled runs has no such tables
+    sections = [Section("Headline", None, [_headline(g) for g in plain], [
         "Per framework and device count: the fastest approach (highest median samples/s), "
-        "then the cells whose figures are not to be trusted."])]
+        "then the cells whose figures are not to be trusted."])] if plain else []
     sections += [Section(g.title, g.sha, [
         _table("Performance", PERFORMANCE, [row.cells for row in g.rows], _marks(g.rows)),
         _table("Accuracy and memory", QUALITY, [row.cells for row in g.rows], _marks(g.rows))])
-        for g in groups]
+        for g in plain]
+    profiled = [g for g in groups if g.profiles]
+    if profiled:
+        sections.append(Section("Profiles", None, [
+            _table(g.title, PROFILES, [row.cells for row in g.profiles]) for g in profiled],
+            PROFILE_NOTES))
     sections.append(Section("How the figures are made", None, [], _methods(groups)))
     sections.append(Section("Environment", None, [_environment(groups)]))
     return "parbench report", intro, sections

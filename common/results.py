@@ -13,6 +13,7 @@ import numpy as np
 
 from .config import Plan, UsageError
 from .loop import RankLog
+from .profiling import SUFFIX
 from .spec import sha256_of
 
 SCHEMA_VERSION = 2  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
@@ -50,8 +51,10 @@ def run_variant(plan: Plan) -> dict:
     """What a comparison varies besides the spec, the backend, its launcher and the device
     count (which the record name spells out): part of the record name through a hash, so two
     runs that differ in any of them never share a file and --resume never takes one for the
-    other. A new run option that changes speed or results belongs here."""
-    return {"threads": plan.threads, "nnodes": 1}
+    other. A new run option that changes speed or results belongs here. ``profile`` is there
+    only when True, so a plain run keeps the name (and --resume match) it had before --profile
+    existed."""
+    return {"threads": plan.threads, "nnodes": 1, **({"profile": True} if plan.profile else {})}
 
 
 def record_name(backend: str, launcher: str, world_size: int, spec_sha256: str,
@@ -180,7 +183,7 @@ def check_record(record: object) -> list[str]:
 
 @dataclass
 class FolderCheck:
-    files: int  # *.json files found
+    files: int  # *.json files found, profile files (*.profile.json) not counted
     records: list[dict]  # the valid ones
     invalid: dict[str, list[str]]  # file -> its problems, for every invalid file
 
@@ -191,8 +194,9 @@ class FolderCheck:
 
 
 def check_folder(folder: Path) -> FolderCheck:
-    """Every *.json under ``folder``, validated."""
-    files = sorted(Path(folder).rglob("*.json"))
+    """Every *.json under ``folder``, validated; profile files (``*.profile.json``, written
+    next to profiled records) are not records and are neither checked nor counted."""
+    files = sorted(p for p in Path(folder).rglob("*.json") if not p.name.endswith(SUFFIX))
     records, invalid = [], {}
     for file in files:
         try:

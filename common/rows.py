@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backends import BACKENDS
+from .profiling import PHASES
 from .results import run_was_busy
 
 Cell = str | int | float | list[float] | None
@@ -80,7 +81,8 @@ class Group:
 
     sha: str
     title: str
-    rows: list[Row]
+    rows: list[Row]  # plain runs only
+    profiles: list[Row] = field(default_factory=list)  # --profile runs: profile cells only
 
 
 def _status(runs: list[dict]) -> str:
@@ -176,23 +178,52 @@ def _order(key: tuple[str, str, int, str]) -> tuple:
             devices, launcher)
 
 
+def is_profiled(record: dict) -> bool:
+    """A --profile run: the profiler's overhead is in its times, so its row never enters a
+    performance, accuracy or headline table; the Profiles table shows it instead."""
+    return bool((record.get("variant") or {}).get("profile"))
+
+
+def _profile_cells(row: Row) -> dict[str, Cell]:
+    """Medians over the ok repeats of the slowest rank's median phase times, and the first
+    such repeat's top operations (ms per step)."""
+    profiles = [r["profile"] for r in row.runs if r["status"] == "ok" and "profile" in r]
+    top = profiles[0]["top_ops"] if profiles else []
+    return {"backend": row.backend, "devices": row.devices, "launcher": row.launcher,
+            "status": _status(row.runs), "runs": f"{len(profiles)}/{len(row.runs)}",
+            **{f"{phase} ms": _median(p["median_ms"][phase] for p in profiles)
+               for phase in (*PHASES, "step")},
+            "top ops (ms/step)": "; ".join(f"{op['name']} {op['self_ms_per_step']:.3g}"
+                                           for op in top) or None}
+
+
+def _rows(records: list[dict]) -> list[Row]:
+    """One row per backend x devices x launcher, in report order, repeats in order."""
+    keyed: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"])].append(r)
+    return [Row(*key, runs=sorted(keyed[key], key=lambda r: r["repeat"]))
+            for key in sorted(keyed, key=_order)]
+
+
 def build_groups(records: list[dict]) -> list[Group]:
     """One group per spec_sha256, one row per backend x devices x launcher, grouped by
-    framework, single first."""
-    by_spec: dict[str, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    framework, single first; profiled runs in rows of their own (``profiles``)."""
+    by_spec: dict[str, list[dict]] = defaultdict(list)
     for r in records:
-        key = (r["framework"], r["backend"], r["world_size"], r["launcher"])
-        by_spec[r["spec_sha256"]][key].append(r)
+        by_spec[r["spec_sha256"]].append(r)
     groups = []
     for sha in sorted(by_spec):
-        order = sorted(by_spec[sha], key=_order)
-        rows = [Row(*key, runs=sorted(by_spec[sha][key], key=lambda r: r["repeat"]))
-                for key in order]
+        rows = _rows([r for r in by_spec[sha] if not is_profiled(r)])
         for row in rows:
             row.cells = _cells(row)
         for row in rows:
             row.cells["scaling eff."] = _efficiency(row, rows)
-        groups.append(Group(sha, _title(sha, [r for row in rows for r in row.runs]), rows))
+        profiles = _rows([r for r in by_spec[sha] if is_profiled(r)])
+        for row in profiles:
+            row.cells = _profile_cells(row)
+        runs = [r for row in [*rows, *profiles] for r in row.runs]
+        groups.append(Group(sha, _title(sha, runs), rows, profiles))
     return groups
 
 
@@ -205,7 +236,7 @@ def environment_rows(groups: list[Group]) -> list[dict[str, Cell]]:
     """One row per distinct environment of a backend x devices x launcher, counting its runs."""
     rows: dict[tuple, dict[str, Cell]] = {}
     for group in groups:
-        for row in group.rows:
+        for row in [*group.rows, *group.profiles]:
             for r in row.runs:
                 env = r["env"]
                 names = ", ".join(f"{n}x {name}" for name, n in Counter(env["device_names"])

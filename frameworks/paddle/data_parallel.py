@@ -19,6 +19,7 @@ from parbench.weights import load_weights
 
 from . import runtime
 from .model import build_model, export_weights, model_notes
+from .profile import StepProfiler
 
 
 class DataParallelStrategy:
@@ -70,6 +71,10 @@ class DataParallelStrategy:
     def describe(self) -> dict:
         return runtime.describe([self.device], self.notes,
                                 process_group=dist.get_backend() if self.grouped else None)
+
+    # --- profile: --profile's steps, timed by phase; the all-reduce stays inside backward
+    def profiler(self) -> StepProfiler:
+        return StepProfiler(self.model, self.optimizer, self.synchronize, self.grouped)
 
     # --- teardown
     def teardown(self) -> None:

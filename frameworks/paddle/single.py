@@ -10,6 +10,7 @@ from parbench.weights import load_weights
 
 from . import runtime
 from .model import build_model, export_weights, model_notes
+from .profile import StepProfiler
 
 
 class SingleDevice:
@@ -47,6 +48,10 @@ class SingleDevice:
 
     def describe(self) -> dict:
         return runtime.describe([self.device], self.notes)
+
+    # --- profile: --profile's steps, timed by phase (see profile.py)
+    def profiler(self) -> StepProfiler:
+        return StepProfiler(self.model, self.optimizer, self.synchronize)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:

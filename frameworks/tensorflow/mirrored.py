@@ -25,6 +25,7 @@ from parbench.weights import load_weights
 
 from . import runtime
 from .model import build_model, export_weights
+from .profile import StepProfiler
 from .runtime import tf
 
 
@@ -75,6 +76,10 @@ class Mirrored:
     def describe(self) -> dict:
         return runtime.describe(self.devices, cross_device_ops=type(self.reduction).__name__,
                                 **self.threads)
+
+    # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
+    def profiler(self) -> StepProfiler:
+        return StepProfiler(self.strategy, self.model, self.step, self.devices)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:

@@ -28,6 +28,7 @@ GLOBAL_LOSS_NOTE = "every worker reports the global-batch loss (strategy.reduce)
 if cluster.worker_index() is not None:  # the supervising process never imports TensorFlow
     from . import runtime
     from .model import build_model, export_weights
+    from .profile import StepProfiler
     from .runtime import tf
 
 
@@ -77,6 +78,10 @@ class MultiWorker:
     def describe(self) -> dict:
         return runtime.describe(self.devices, [GLOBAL_LOSS_NOTE],
                                 communication=self.communication.name, **self.threads)
+
+    # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
+    def profiler(self) -> StepProfiler:
+        return StepProfiler(self.strategy, self.model, self.step, self.devices)
 
     # --- teardown: TF has no call to leave the cluster; the process exits
     def teardown(self) -> None:

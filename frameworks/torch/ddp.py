@@ -26,6 +26,7 @@ from parbench.weights import load_weights
 
 from . import runtime
 from .model import build_model, export_weights
+from .profile import StepProfiler
 
 # A dead peer must surface as an error, not a 30-minute gloo wait (the harness has its own
 # timeout too; this one bounds collectives inside a live run).
@@ -75,6 +76,10 @@ class DistributedDataParallelStrategy:
 
     def describe(self) -> dict:
         return runtime.describe([self.device], process_group=dist.get_backend())
+
+    # --- profile: --profile's steps, timed by phase; a comm hook times each bucket's all-reduce
+    def profiler(self) -> StepProfiler:
+        return StepProfiler(self.model, self.optimizer, self.device, self.synchronize)
 
     # --- teardown
     def teardown(self) -> None:

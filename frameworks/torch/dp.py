@@ -19,6 +19,7 @@ from parbench.weights import load_weights
 
 from . import runtime
 from .model import build_model, export_weights
+from .profile import DATA_PARALLEL, ONE_DEVICE, StepProfiler
 
 NO_OP_NOTE = "nn.DataParallel without CUDA is a no-op: the module ran unchanged on the CPU"
 
@@ -68,6 +69,11 @@ class DataParallelStrategy:
     def describe(self) -> dict:
         notes = [NO_OP_NOTE] if self.devices[0].type == "cpu" else []
         return runtime.describe(self.devices, notes, dataparallel_no_op=bool(notes))
+
+    # --- profile: --profile's steps, timed by phase; DataParallel's transfers stay inside them
+    def profiler(self) -> StepProfiler:
+        return StepProfiler(self.model, self.optimizer, self.devices[0], self.synchronize,
+                            DATA_PARALLEL if len(self.devices) > 1 else ONE_DEVICE)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:

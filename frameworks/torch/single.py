@@ -11,6 +11,7 @@ from parbench.weights import load_weights
 
 from . import runtime
 from .model import build_model, export_weights
+from .profile import StepProfiler
 
 
 class SingleDevice:
@@ -48,6 +49,10 @@ class SingleDevice:
 
     def describe(self) -> dict:
         return runtime.describe([self.device])
+
+    # --- profile: --profile's steps, timed by phase (see profile.py)
+    def profiler(self) -> StepProfiler:
+        return StepProfiler(self.model, self.optimizer, self.device, self.synchronize)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:
