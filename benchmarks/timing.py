@@ -10,6 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from parbench.harness import MALLOC_SETTINGS
+
 BATCH = 128
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -31,8 +33,9 @@ def step_ms(record: dict) -> float:
 
 
 def child_env(threads: int) -> dict[str, str]:
-    """The thread variables the harness gives its workers, for a bare loop in a child."""
-    return {**os.environ, **{name: str(threads) for name in THREAD_VARIABLES}}
+    """The thread and allocator variables the harness gives its workers, for a bare loop in a
+    child, so that only the harness differs."""
+    return {**os.environ, **MALLOC_SETTINGS, **{name: str(threads) for name in THREAD_VARIABLES}}
 
 
 def describe_rounds(values: list[float]) -> str:
