@@ -38,6 +38,9 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 TEMP_PREFIXES = ("parbench-run-", "parbench-inputs-", "parbench-parity-")
 KILL_ROUNDS = 5  # a process forking while we kill can add a child; sweep until none is left
+# A descendant scan reads every process in /proc: on a small machine that is CPU taken from the
+# run being measured, so it is rare during the run (orphans come to the subreaper anyway).
+REFRESH_S = 2.0
 
 
 class Terminated(KeyboardInterrupt):
@@ -95,9 +98,15 @@ class ProcessTree:
         self.started = time.time()
         self.launcher = psutil.Process(launcher_pid)
         self.seen: dict[int, psutil.Process] = {launcher_pid: self.launcher}
+        self.refreshed = 0.0
 
-    def refresh(self) -> None:
-        """Remember the launcher's descendants now: one may later be orphaned and re-parented."""
+    def refresh(self, force: bool = False) -> None:
+        """Remember the launcher's descendants (at most every REFRESH_S unless forced): one may
+        later be orphaned and re-parented."""
+        now = time.monotonic()
+        if not force and now - self.refreshed < REFRESH_S:
+            return
+        self.refreshed = now
         try:
             for process in self.launcher.children(recursive=True):
                 self.seen.setdefault(process.pid, process)
@@ -107,7 +116,7 @@ class ProcessTree:
     def _candidates(self) -> list[psutil.Process]:
         """Every process seen under the launcher, and every child of ours born since the launch
         (an orphaned worker re-parented to us)."""
-        self.refresh()
+        self.refresh(force=True)
         candidates = dict(self.seen)
         for child in psutil.Process().children(recursive=True):
             try:
