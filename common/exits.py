@@ -21,7 +21,9 @@ import os
 import signal
 import socket
 import time
+from functools import partial
 from pathlib import Path
+
 from .lifetime import die_with_parent
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
@@ -87,17 +89,25 @@ def fork_watcher(rank: int, workdir: Path) -> None:
         die_with_parent()
         return
     for signum in FORWARDED:
-        signal.signal(signum, lambda s, _frame: os.kill(pid, s))
+        signal.signal(signum, partial(_pass_on, pid))
     _, status = os.waitpid(pid, 0)
     returncode = os.waitstatus_to_exitcode(status)
     write_exit(workdir, rank, pid, returncode)
     exit_like(returncode)
 
 
+def _pass_on(pid: int, signum: int, _frame) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # the child ended meanwhile; waitpid reports how
+
+
 def exit_like(returncode: int) -> None:
     """End this process with ``returncode`` (Popen convention: -N is signal N)."""
     if returncode < 0:
-        signal.signal(-returncode, signal.SIG_DFL)
+        if -returncode not in (signal.SIGKILL, signal.SIGSTOP):  # these have no handler
+            signal.signal(-returncode, signal.SIG_DFL)
         os.kill(os.getpid(), -returncode)
         time.sleep(1)  # a signal that does not kill by default ends below instead
     os._exit(returncode if returncode >= 0 else 128 - returncode)
