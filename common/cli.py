@@ -16,7 +16,8 @@ from .compare import (choose_backends, parse_device_counts, run_sweep, sweep_con
                       warn_if_busy)
 from .config import ISOLATION_CHOICES, RunConfig, UsageError, read_config_file
 from .harness import prepare, run_once
-from .html_report import write_atomic, write_report
+from .files import write_atomic
+from .html_report import write_report
 from .lifetime import (Terminated, become_subreaper, handle_termination, private_tempdir,
                        remove_stale_tempdirs)
 from .profiling import DOCUMENT_KEY

@@ -24,6 +24,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from .files import write_atomic
 from .lifetime import die_with_parent
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
@@ -41,13 +42,9 @@ def how(returncode: int) -> str:
 
 
 def write_exit(workdir: Path, rank: int, pid: int, returncode: int) -> None:
-    folder = Path(workdir) / "exits"
-    folder.mkdir(exist_ok=True)
     report = {"rank": rank, "pid": pid, "returncode": returncode, "time": time.time(),
               "host": socket.gethostname()}
-    tmp = folder / f".rank{rank}.tmp"
-    tmp.write_text(json.dumps(report))
-    os.replace(tmp, folder / f"rank{rank}.json")
+    write_atomic(Path(workdir) / "exits" / f"rank{rank}.json", json.dumps(report).encode())
 
 
 def first_failure(workdir: Path) -> str | None:

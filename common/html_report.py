@@ -5,14 +5,13 @@ every report format and plot, atomically."""
 from __future__ import annotations
 
 import base64
-import os
 import re
-import tempfile
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import UsageError
+from .files import write_atomic
 from .report import NOT_REACHED, Section, Table, build_groups, document, to_csv, to_markdown
 from .rows import NO_DEVICE, Group
 
@@ -87,19 +86,6 @@ def to_html(title: str, intro: list[str], sections: list[Section], plots: list[P
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f"<title>{escape(title)}</title>", f"<style>{STYLE}</style>", "</head>", "<body>",
         *body, "</body>", "</html>", ""])
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the report from other users
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _make_plots(groups: list[Group]) -> list[Plot]:

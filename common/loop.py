@@ -22,6 +22,7 @@ import numpy as np
 
 from .batches import eval_slice, schedule, shard_slice
 from .data import Dataset
+from .files import write_atomic
 from .job import FAULT_ENV, Job, write_error
 from .optim import lr_at
 from .profiling import Session, StepProfiler
@@ -120,9 +121,7 @@ class Progress:
         if self.path is None or (not force and now - self.last < PROGRESS_EVERY_S):
             return
         self.last = now
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"done": done, "total": self.total}))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps({"done": done, "total": self.total}).encode())
 
 
 def run_worker(job: Job, strategy: Strategy) -> RankLog:
@@ -173,7 +172,4 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
 def write_rank_log(job: Job, strategy: Strategy, log: RankLog) -> None:
     if job.save_weights and strategy.rank == 0:
         save_weights(job.path / "final_weights.npz", strategy.export_weights())
-    target = job.path / f"rank{strategy.rank}.json"
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(log)))
-    os.replace(tmp, target)
+    write_atomic(job.path / f"rank{strategy.rank}.json", json.dumps(asdict(log)).encode())

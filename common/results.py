@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ import jsonschema
 import numpy as np
 
 from .config import Plan, UsageError
+from .files import write_atomic
 from .loop import RankLog
 from .profiling import SUFFIX
 from .spec import sha256_of
@@ -71,18 +71,8 @@ def name_of(record: dict) -> str:
 
 
 def write_record(folder: Path, record: dict) -> Path:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / name_of(record)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(record, handle, indent=1)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; records are meant to be shared
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    target = Path(folder) / name_of(record)
+    write_atomic(target, json.dumps(record, indent=1).encode())
     return target
 
 
