@@ -20,6 +20,7 @@ from .files import write_atomic
 from .html_report import write_report
 from .lifetime import (Terminated, become_subreaper, handle_termination, private_tempdir,
                        remove_stale_tempdirs)
+from .modes import PRECISIONS
 from .profiling import DOCUMENT_KEY
 from .report import render
 from .results import check_folder, probe_file, probe_folder, save_record
@@ -64,6 +65,17 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="split up to 10 steady steps into forward/backward/optimizer/communication per "
         "rank and list the framework profiler's top operations, in <record>.profile.json; the "
         "record is marked and kept out of the performance tables")
+    add("--precision", choices=PRECISIONS,
+        help="fp32 (default); bf16 or fp16: autocast / mixed-precision policy (fp16 with loss "
+        "scaling); the record states the dtype the first layer really computed in")
+    add("--compile", action="store_true", default=None,
+        help="torch.compile, TensorFlow XLA (jit_compile), Paddle to_static; the first step "
+        "holds the compile time, steady-state figures exclude it")
+    add("--sync-bn", action="store_true", default=None,
+        help="BatchNorm statistics over the global batch instead of each device's shard")
+    add("--grad-accum", type=int, metavar="K",
+        help="K micro-batches per optimizer step, same global batch, gradients communicated "
+        "once per step (1)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -165,7 +177,7 @@ def _valid_records(folder: Path, strict: bool) -> list[dict]:
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
-    from .parity import installed_frameworks, run_parity
+    from .parity import installed_frameworks, run_compile_parity, run_parity
 
     frameworks = args.framework or installed_frameworks()
     if "torch" not in installed_frameworks():
@@ -174,7 +186,8 @@ def cmd_parity(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"unknown backend(s) {', '.join(unknown)}; see 'parbench list'")
     with private_tempdir("parbench-parity-") as folder:
-        checks = run_parity(frameworks, args.strategies, Path(folder))
+        check = run_compile_parity if args.compile else run_parity
+        checks = check(frameworks, args.strategies, Path(folder))
     rows = [[c.framework, c.check, f"{c.max_rel_diff:.2e}", f"{c.tolerance:.0e}",
              "ok" if c.ok else "OUT OF TOLERANCE"] for c in checks]
     print(tabulate(rows, headers=("compared", "check", "max rel diff", "tolerance", "result"),
@@ -248,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check only this framework (repeatable); default: all installed")
     parity.add_argument("--strategies", nargs="*", default=[], metavar="BACKEND",
                         help="also check these parallel backends on 2 devices vs single")
+    parity.add_argument("--compile", action="store_true",
+                        help="instead: each single backend (and --strategies on 2 devices) "
+                        "compiled against eager, 10 steps")
     parity.set_defaults(func=cmd_parity)
     check = sub.add_parser("check", help="validate every record in a folder")
     check.add_argument("dir")

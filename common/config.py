@@ -15,8 +15,9 @@ from .backends import BACKENDS, Backend
 from .data import DATASET_NAMES, NEEDS_DATA_DIR
 from .devices import cpu_count, gpu_count
 from .netns import private_network_unavailable
+from .modes import PRECISIONS, Modes, refusal
 from .optim import SCHEDULES, OptimizerSpec, scaled_lr
-from .spec import MODEL_NAMES
+from .spec import MODEL_NAMES, build_spec
 
 
 ISOLATION_CHOICES = ("auto", "on", "off")
@@ -65,6 +66,10 @@ class RunConfig:
     verbose: bool = False
     isolate_network: str = "auto"  # auto | on | off: the run's processes in a private netns
     profile: bool = False  # split steady steps into phases, run the framework's profiler
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (see parbench.modes)
+    compile: bool = False  # torch.compile, TF XLA, Paddle to_static
+    sync_bn: bool = False  # BatchNorm statistics over the global batch
+    grad_accum: int = 1  # micro-batches per optimizer step
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class Plan:
     optimizer: OptimizerSpec
     isolate_network: bool  # resolved: the launcher starts in a namespace with only loopback
     profile: bool = False  # a profiled run: its own record name, never in performance tables
+    modes: Modes = Modes()
 
 
 def read_config_file(path: str) -> dict:
@@ -152,7 +158,8 @@ def _check_choices(cfg: RunConfig) -> None:
                                    (cfg.schedule, SCHEDULES, "--schedule"),
                                    (cfg.lr_scaling, ("none", "linear"), "--lr-scaling"),
                                    (cfg.isolate_network, ISOLATION_CHOICES,
-                                    "--isolate-network")):
+                                    "--isolate-network"),
+                                   (cfg.precision, PRECISIONS, "--precision")):
         if value not in choices:
             raise UsageError(f"{option} {value!r} is not one of {', '.join(choices)}")
     if cfg.dataset in NEEDS_DATA_DIR and cfg.data_dir is None:
@@ -192,6 +199,10 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
                          f"{PROFILE_REFUSALS[backend.name]}")
     world = _world_size(cfg, backend)
     global_batch, per_device, mode = _batches(cfg, world)
+    modes = _modes(cfg, backend, world, per_device)
+    if cfg.profile and modes.changed():
+        raise UsageError(f"--profile splits the fp32 eager step into phases; it cannot be "
+                         f"combined with --{next(iter(modes.changed())).replace('_', '-')}")
     processes = 1 if backend.one_process else world
     threads = cfg.threads if cfg.threads is not None else max(1, cpu_count() // processes)
     if threads < 1:
@@ -207,4 +218,13 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     optimizer = OptimizerSpec(scaled_lr(cfg.lr, global_batch, cfg.lr_scaling), cfg.momentum,
                               cfg.weight_decay, cfg.schedule, cfg.warmup_steps)
     return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, threads,
-                optimizer, _isolation(cfg.isolate_network), cfg.profile)
+                optimizer, _isolation(cfg.isolate_network), cfg.profile, modes)
+
+
+def _modes(cfg: RunConfig, backend: Backend, devices: int, per_device_batch: int) -> Modes:
+    modes = Modes(cfg.precision, cfg.compile, cfg.sync_bn, cfg.grad_accum)
+    has_batchnorm = getattr(build_spec(cfg.model, (1, 8, 8), 2), "norm", None) is not None
+    why = refusal(backend, modes, gpu_count(), has_batchnorm, devices, per_device_batch)
+    if why:
+        raise UsageError(why)
+    return modes

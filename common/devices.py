@@ -18,3 +18,12 @@ def gpu_count() -> int:
     if visible is None:
         return present
     return min(present, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
+
+
+def physical_gpu(index: int) -> str:
+    """Which of the machine's GPUs a process's CUDA device ``index`` is: its entry in
+    CUDA_VISIBLE_DEVICES (an index or a UUID) where that narrows the devices, else the index.
+    Two ranks with the same answer drove the same GPU."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if d.strip()]
+    return visible[index] if index < len(visible) else str(index)

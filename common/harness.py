@@ -205,7 +205,7 @@ def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None) -> Job
                total_steps=plan.total_steps, optimizer=asdict(plan.optimizer), seed=cfg.seed,
                workdir=str(workdir), shared=str(prepared.shared),
                save_weights=save_weights_to is not None, verbose=cfg.verbose,
-               profile_steps=_profile_steps(prepared))
+               profile_steps=_profile_steps(prepared), modes=plan.modes.as_dict())
 
 
 def _profile_steps(prepared: Prepared) -> list[int] | None:
@@ -251,6 +251,8 @@ def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
                      "framework_version": described.get("framework_version"),
                      "device_names": [name for log in logs or []
                                       for name in log.describe.get("device_names", [])],
+                     # the machine's GPU behind each device of each rank (empty on CPU)
+                     "gpus": [gpu for log in logs or [] for gpu in log.describe.get("gpus", [])],
                      "cuda_version": described.get("cuda_version"),
                      "nccl_version": described.get("nccl_version")}
     extra = {k: v for k, v in described.items() if k not in framework_env and k != "notes"}
@@ -266,7 +268,7 @@ def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
         "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling, "steps": plan.total_steps,
         "optimizer": asdict(plan.optimizer), "dataset": cfg.dataset,
         "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": asdict(cfg),
-        "variant": run_variant(plan), "metrics": metrics,
+        "variant": run_variant(plan), "modes": plan.modes.as_dict(), "metrics": metrics,
         "env": {**machine_env(plan.threads), **framework_env, **extra,
                 "network_isolated": plan.isolate_network, "allocator": allocator_env(), **load},
         "duration_s": duration, "notes": described.get("notes", []),

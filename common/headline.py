@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .rows import Cell, Row
 
-HEADLINE = ("framework", "devices", "fastest", "samples/s", "scaling eff.", "cv %", "noisy",
-            "RSS MiB per rank")
+HEADLINE = ("framework", "devices", "precision", "compile", "sync BN", "grad accum", "fastest",
+            "samples/s", "scaling eff.", "cv %", "noisy", "RSS MiB per rank")
 ON_DEVICES = "device MiB per device"
 
 
@@ -24,15 +24,16 @@ def _by_framework(rows: list[Row]) -> dict[str, list[Row]]:
 
 
 def _fastest(rows: list[Row]) -> list[Row]:
-    """The row with the highest median samples/s at each device count, fewest devices first;
-    on a tie the earlier row (the baseline) wins."""
-    best: dict[int, Row] = {}
+    """The row with the highest median samples/s at each device count and modes (a bf16 row
+    never wins over fp32 ones: each mode has its own line), fewest devices first, the default
+    modes first; on a tie the earlier row (the baseline) wins."""
+    best: dict[tuple, Row] = {}
     for row in rows:
-        speed = row.cells["samples/s"]
-        if speed is not None and (row.devices not in best
-                                  or speed > best[row.devices].cells["samples/s"]):
-            best[row.devices] = row
-    return [best[n] for n in sorted(best)]
+        speed, key = row.cells["samples/s"], (row.devices, bool(row.modes.changed()),
+                                               row.modes.label)
+        if speed is not None and (key not in best or speed > best[key].cells["samples/s"]):
+            best[key] = row
+    return [best[key] for key in sorted(best)]
 
 
 def headline_columns(rows: list[Row]) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .modes import Modes
 from .optim import OptimizerSpec
 from .spec import ModelSpec, spec_from_dict
 
@@ -32,12 +33,17 @@ class Job:
     shared: str  # inputs shared by every run of a configuration: data/ and weights.npz
     save_weights: bool = False  # rank 0 exports final weights to workdir/final_weights.npz
     profile_steps: list[int] | None = None  # --profile: [first, stop) of the profiled steps
+    modes: dict = field(default_factory=dict)  # asdict(Modes); {}: the defaults
     verbose: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
     def spec(self) -> ModelSpec:
         return spec_from_dict(self.model)
+
+    @property
+    def run_modes(self) -> Modes:
+        return Modes(**self.modes)
 
     @property
     def optimizer_spec(self) -> OptimizerSpec:

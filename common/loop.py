@@ -21,9 +21,11 @@ from typing import Protocol
 import numpy as np
 
 from .batches import eval_slice, schedule, shard_slice
+from .classification import confusion_matrix, macro_scores
 from .data import Dataset
 from .files import write_atomic
 from .job import FAULT_ENV, Job, write_error
+from .modes import Observed, check_observed
 from .optim import lr_at
 from .profiling import Session, StepProfiler
 from .weights import save_weights
@@ -39,8 +41,9 @@ class Strategy(Protocol):
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         """One optimizer step on this process's rows; returns their mean loss."""
 
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
-        """(correct, loss_sum) over the given rows, inference mode, this process only."""
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        """(predicted class of each row, loss_sum) over the given rows, inference mode, this
+        process only."""
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         """Sum across processes (identity with one process)."""
@@ -63,6 +66,9 @@ class Strategy(Protocol):
     def profiler(self) -> StepProfiler:
         """--profile: this strategy's step split into phases, and its framework's profiler."""
 
+    def observed(self) -> Observed:
+        """What the run modes did (see parbench.modes); valid once the first step ran."""
+
 
 @dataclass
 class RankLog:
@@ -76,6 +82,7 @@ class RankLog:
     peak_device_mb: list[float] | None = None
     describe: dict = field(default_factory=dict)
     profile: dict | None = None  # --profile: Session.result() of this rank
+    observed: dict | None = None  # asdict(Observed) at the end of training
 
 
 def inject_test_fault(rank: int, step: int) -> None:
@@ -96,17 +103,30 @@ def inject_test_fault(rank: int, step: int) -> None:
 
 
 def evaluate_test_set(strategy: Strategy, data: Dataset, step: int, train_s: float) -> dict:
+    """Accuracy, loss, the confusion matrix and macro scores over the whole test set: each
+    process scores its part, then the counts (confusion cells, loss sum) are summed."""
     start = time.perf_counter()
     rows = eval_slice(len(data.y_test), strategy.num_processes, strategy.rank)
-    totals = np.zeros(3)
+    classes = data.num_classes
+    confusion, loss_sum = np.zeros((classes, classes)), 0.0
     for begin in range(rows.start, rows.stop, EVAL_CHUNK):
         end = min(begin + EVAL_CHUNK, rows.stop)
-        correct, loss_sum = strategy.evaluate(np.asarray(data.x_test[begin:end]),
-                                              np.asarray(data.y_test[begin:end]))
-        totals += (correct, loss_sum, end - begin)
-    correct, loss_sum, count = strategy.all_reduce_sum(totals)
-    return {"step": step + 1, "accuracy": correct / count, "loss": loss_sum / count,
-            "count": int(count), "train_s": train_s, "eval_s": time.perf_counter() - start}
+        labels = np.asarray(data.y_test[begin:end])
+        predicted, chunk_loss = strategy.evaluate(np.asarray(data.x_test[begin:end]), labels)
+        confusion += confusion_matrix(labels, predicted, classes)
+        loss_sum += chunk_loss
+    totals = strategy.all_reduce_sum(np.append(confusion.ravel(), loss_sum))
+    confusion = np.rint(totals[:-1]).astype(np.int64).reshape(classes, classes)
+    count = int(confusion.sum())
+    return {"step": step + 1, "accuracy": float(np.trace(confusion)) / count,
+            "loss": float(totals[-1]) / count, "count": count, **macro_scores(confusion),
+            "confusion_matrix": confusion.tolist(), "train_s": train_s,
+            "eval_s": time.perf_counter() - start}
+
+
+def check_modes(job: Job, strategy: Strategy) -> None:
+    """After the first step: fail the run when a mode asked for did not take effect."""
+    check_observed(job.run_modes, strategy.observed())
 
 
 class Progress:
@@ -154,6 +174,8 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
         elapsed = time.perf_counter() - start
         if session:
             session.done(step.index)
+        if step.index == 0:
+            check_modes(job, strategy)
         log.step_s.append(elapsed)
         log.losses.append(float(loss))
         train_s += elapsed
@@ -165,6 +187,7 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
     log.peak_device_mb = strategy.peak_device_mb()
     log.describe = strategy.describe()
     log.profile = session.result() if session else None
+    log.observed = asdict(strategy.observed())
     write_rank_log(job, strategy, log)
     return log
 

@@ -190,11 +190,40 @@ def _memory(rows: list[Row]) -> Figure:
     return fig
 
 
-FIGURES: tuple[tuple[str, str, str, Callable[[list[Row]], Figure]], ...] = (
+CONFUSION_COLUMNS = 5
+
+
+def _confusion(rows: list[Row]) -> Figure | None:
+    """Each row's final confusion matrix (its first ok repeat), as a share of each true
+    class, so rows with different test-set sizes read alike; None when no record has one
+    (records before schema 3)."""
+    shown = [(row, np.asarray(m["confusion_matrix"], float)) for row in rows
+             for m in row.metrics[:1] if m.get("confusion_matrix")]
+    if not shown:
+        return None
+    columns = min(CONFUSION_COLUMNS, len(shown))
+    lines = -(-len(shown) // columns)
+    fig, axes = _figure(0.4 + 2.6 * lines, rows=lines, widths=[1] * columns)
+    for ax in axes.flat[len(shown):]:
+        ax.set_axis_off()
+    for ax, (row, counts) in zip(axes.flat, shown):
+        share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+        image = ax.imshow(share, vmin=0, vmax=1, cmap="Blues")
+        ax.set_title(row.label, fontsize="small")
+        ax.set_xlabel("predicted", fontsize="x-small")
+        ax.set_ylabel("true", fontsize="x-small")
+        ax.tick_params(labelsize="x-small")
+    fig.colorbar(image, ax=axes, shrink=0.6, label="share of the true class")
+    return fig
+
+
+FIGURES: tuple[tuple[str, str, str, Callable[[list[Row]], Figure | None]], ...] = (
     ("throughput", "Performance", "Throughput per backend and device count", _throughput),
     ("step-time", "Performance", "Step time distribution", _step_times),
     ("memory", "Accuracy and memory", "Peak memory per rank and per device", _memory),
     ("curves", "Accuracy and memory", "Training loss and test accuracy", _curves),
+    ("confusion", "Accuracy and memory", "Confusion matrix of the final evaluation",
+     _confusion),
 )
 
 
@@ -207,6 +236,8 @@ def make_plots(groups: list[Group]) -> list[Plot]:
             rows = [row for row in group.rows if row.metrics]
             for kind, table, title, draw in FIGURES if rows else ():
                 fig = draw(rows)
+                if fig is None:
+                    continue
                 fig.suptitle(f"{title} (spec {group.sha[:10]})")
                 png = io.BytesIO()
                 fig.savefig(png, format="png", dpi=100)

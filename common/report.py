@@ -15,13 +15,15 @@ from tabulate import tabulate
 
 from .headline import headline_columns, headline_rows, warnings
 from .results import BUSY_LOAD_PER_CORE
-from .rows import KEY, NOISY_CV_PERCENT, Cell, Group, Row, build_groups, environment_rows
+from .rows import (KEY, MODE_COLUMNS, NOISY_CV_PERCENT, RUN_KEY, Cell, Group, Row, build_groups,
+                   environment_rows)
 
 PERFORMANCE = (*KEY, "status", "runs", "samples/s", "samples/s min", "samples/s max", "cv %",
                "noisy", "scaling eff.", "step ms p50", "step ms p90", "startup s", "first step s")
-QUALITY = (*KEY, "accuracy", "loss", "time to target s", "peak RSS MiB", "RSS MiB per rank",
-           "peak device MiB", "device MiB per device")
-ENVIRONMENT = ("spec", *KEY, "runs", "python", "OS", "CPU", "cores", "threads/worker",
+QUALITY = (*KEY, "accuracy", "Precision macro", "Recall macro", "F1 macro", "loss",
+           "time to target s", "peak RSS MiB", "RSS MiB per rank", "peak device MiB",
+           "device MiB per device")
+ENVIRONMENT = ("spec", *RUN_KEY, "runs", "python", "OS", "CPU", "cores", "threads/worker",
                "framework", "version", "device names", "CUDA", "NCCL", "git commit")
 PROFILES = (*KEY, "status", "runs", "forward ms", "backward ms", "optimizer ms",
             "communication ms", "step ms", "top ops (ms/step)")
@@ -52,6 +54,13 @@ NOTES = (
     "the target accuracy; a repeat that never reached it counts as infinitely slow.",
     "Peak memory: host RSS per process (rank) and allocator peak per device; the lists are "
     "medians over repeats position by position, so an imbalance (DataParallel's device 0) shows.",
+    "Modes (precision, compile, sync BN, grad accum) are part of a row's key: two modes never "
+    "share a row, and the 1-device reference of a scaling efficiency has the same precision, "
+    "compile and grad accum. A mode column that is the same in every row of a table is left "
+    "out of it and named in the table's note.",
+    "Precision, Recall and F1 macro: unweighted means over classes of the final evaluation's "
+    "per-class scores, from the confusion matrix summed across ranks (a class never predicted "
+    "scores precision 0).",
 )
 
 
@@ -99,15 +108,24 @@ def _marks(rows: list[Row]) -> list[str]:
 
 def _table(caption: str, headers: tuple[str, ...], rows: list[dict[str, Cell]],
            marks: list[str] | None = None) -> Table:
-    return Table(caption, headers, [[cell_text(row[h]) for h in headers] for row in rows],
-                 marks or [""] * len(rows))
+    """The table of ``rows``; a mode column with one value in every row is said in the note
+    instead (a report of plain runs shows no mode columns, only 'every row: fp32, ...')."""
+    same = [h for h in headers if h in MODE_COLUMNS and rows
+            and len({cell_text(row[h]) for row in rows}) == 1]
+    shown = tuple(h for h in headers if h not in same)
+    table = Table(caption, shown, [[cell_text(row[h]) for h in shown] for row in rows],
+                  marks or [""] * len(rows))
+    if same:
+        table.notes = ["Every row: " + ", ".join(f"{h} {cell_text(rows[0][h])}"
+                                                 for h in same) + "."]
+    return table
 
 
 def _headline(group: Group) -> Table:
     best = headline_rows(group.rows)
     table = _table(group.title, headline_columns(group.rows),
                    [row.cells | extra for row, extra in best], _marks([row for row, _ in best]))
-    table.notes = warnings(group.rows) or ["No noisy or failed cells."]
+    table.notes += warnings(group.rows) or ["No noisy or failed cells."]
     return table
 
 
@@ -115,7 +133,7 @@ def _environment(groups: list[Group]) -> Table:
     """The environments of the runs; a column that is the same in every row is said once, in
     the table's note, so the table shows what differs."""
     rows = environment_rows(groups)
-    same = [h for h in ENVIRONMENT[len(KEY) + 2:] if len({cell_text(r[h]) for r in rows}) == 1]
+    same = [h for h in ENVIRONMENT[len(RUN_KEY) + 2:] if len({cell_text(r[h]) for r in rows}) == 1]
     table = _table("Environment of every run", tuple(h for h in ENVIRONMENT if h not in same),
                    rows)
     if same:

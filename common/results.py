@@ -16,8 +16,9 @@ from .loop import RankLog
 from .profiling import SUFFIX
 from .spec import sha256_of
 
-SCHEMA_VERSION = 2  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
-# version 1 records are still read
+SCHEMA_VERSION = 3  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+# 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix.
+# Versions 1 and 2 are still read (they ran fp32, eager, without sync BN or accumulation).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
 STATUSES = ("ok", "failed", "timeout")
 BUSY_LOAD_PER_CORE = 0.5  # a run that starts with more load than this per core is noisy
@@ -52,9 +53,11 @@ def run_variant(plan: Plan) -> dict:
     count (which the record name spells out): part of the record name through a hash, so two
     runs that differ in any of them never share a file and --resume never takes one for the
     other. A new run option that changes speed or results belongs here. ``profile`` is there
-    only when True, so a plain run keeps the name (and --resume match) it had before --profile
-    existed."""
-    return {"threads": plan.threads, "nnodes": 1, **({"profile": True} if plan.profile else {})}
+    only when True and ``modes`` only when one differs from its default, so a plain run keeps
+    the name (and --resume match) it had before either existed."""
+    changed = plan.modes.changed()
+    return {"threads": plan.threads, "nnodes": 1, **({"profile": True} if plan.profile else {}),
+            **({"modes": changed} if changed else {})}
 
 
 def record_name(backend: str, launcher: str, world_size: int, spec_sha256: str,
@@ -125,6 +128,9 @@ def warmup_steps(total: int) -> int:
     return min(max(1, total // 10), 5) if total > 1 else 0
 
 
+SCORES = ("precision_macro", "recall_macro", "f1_macro")
+
+
 def aggregate(logs: list[RankLog], global_batch: int, launch_time: float,
               target_accuracy: float | None) -> dict:
     """Metrics of a run from its per-process logs; the slowest process defines each step."""
@@ -137,6 +143,8 @@ def aggregate(logs: list[RankLog], global_batch: int, launch_time: float,
     devices = [mb for log in logs for mb in (log.peak_device_mb or [])]
     reached = [e["train_s"] for e in evals
                if target_accuracy is not None and e["accuracy"] >= target_accuracy]
+    observed = logs[0].observed or {}
+    graphs = [log.observed.get("compiled_graphs") for log in logs if log.observed]
     return {
         "throughput": global_batch / (timing["median"] / 1000),
         "step_time_ms": timing,
@@ -148,8 +156,13 @@ def aggregate(logs: list[RankLog], global_batch: int, launch_time: float,
         "final_accuracy": float(evals[-1]["accuracy"]),
         "final_loss": float(evals[-1]["loss"]),
         "loss_curve": [float(v) for v in losses],
-        "accuracy_curve": [{k: e[k] for k in ("step", "accuracy", "loss", "train_s")}
-                           for e in evals],
+        "accuracy_curve": [{k: e[k] for k in ("step", "accuracy", "loss", "train_s",
+                                              *SCORES) if k in e} for e in evals],
+        **{k: evals[-1][k] for k in (*SCORES, "confusion_matrix")},
+        "compute_dtype": observed.get("compute_dtype"),
+        "compiled_graphs": None if None in graphs else max(graphs, default=None),
+        "sync_bn_layers": observed.get("sync_bn_layers", 0),
+        "micro_batches": observed.get("micro_batches", 1),
         "target_accuracy": target_accuracy,
         "time_to_target_s": reached[0] if reached else None,
         "peak_rss_mb": [log.peak_rss_mb for log in logs],

@@ -13,13 +13,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backends import BACKENDS
+from .modes import Modes, modes_of
 from .profiling import PHASES
 from .results import run_was_busy
 
 Cell = str | int | float | list[float] | None
 
-KEY = ("backend", "devices", "launcher")
+# A row never mixes two modes: each mode is a column of the row's key.
+MODE_COLUMNS = ("precision", "compile", "sync BN", "grad accum")
+RUN_KEY = ("backend", "devices", "launcher")
+KEY = (*RUN_KEY, *MODE_COLUMNS)
 NO_DEVICE = "n/a (CPU)"
+SCORES = {"Precision": "precision_macro", "Recall": "recall_macro", "F1": "f1_macro"}
 NOISY_CV_PERCENT = 5.0
 # The framework's own 1-device backend: the reference of its scaling efficiency.
 SINGLE = {b.framework: b.name for b in BACKENDS.values() if not b.parallel}
@@ -41,14 +46,20 @@ def _per_position_median(lists: list[list[float]]) -> list[float]:
     return [float(v) for v in np.nanmedian(padded, axis=0)]
 
 
+def mode_cells(modes: Modes) -> dict[str, Cell]:
+    return dict(zip(MODE_COLUMNS, (modes.precision, "yes" if modes.compile else "no",
+                                   "yes" if modes.sync_bn else "no", modes.grad_accum)))
+
+
 @dataclass
 class Row:
-    """The repeats of one backend x devices x launcher within one spec."""
+    """The repeats of one backend x devices x launcher x modes within one spec."""
 
     framework: str
     backend: str
     devices: int
     launcher: str
+    modes: Modes
     runs: list[dict]
     cells: dict[str, Cell] = field(default_factory=dict)
 
@@ -58,10 +69,12 @@ class Row:
 
     @property
     def series(self) -> str:
-        """The backend, with its launcher where the backend has a choice of launchers."""
+        """The backend, with its launcher where the backend has a choice of launchers, and
+        its modes where they are not the defaults."""
         backend = BACKENDS.get(self.backend)
         launcher = f" [{self.launcher}]" if backend and len(backend.launchers) > 1 else ""
-        return f"{self.backend}{launcher}"
+        modes = f" {self.modes.label}" if self.modes.changed() else ""
+        return f"{self.backend}{launcher}{modes}"
 
     @property
     def label(self) -> str:
@@ -122,6 +135,7 @@ def _cells(row: Row) -> dict[str, Cell]:
     cv = _cv_percent(throughput)
     return {
         "backend": row.backend, "devices": row.devices, "launcher": row.launcher,
+        **mode_cells(row.modes),
         "status": _status(row.runs), "runs": f"{len(throughput)}/{len(row.runs)}",
         "samples/s": _median(throughput), "samples/s min": min(throughput, default=None),
         "samples/s max": max(throughput, default=None), "cv %": cv,
@@ -131,6 +145,8 @@ def _cells(row: Row) -> dict[str, Cell]:
         "startup s": row.median(lambda m: m["startup_s"]),
         "first step s": row.median(lambda m: m["first_step_s"]),
         "accuracy": row.median(lambda m: m["final_accuracy"]),
+        **{f"{name} macro": row.median(lambda m, key=key: m.get(key))
+           for name, key in SCORES.items()},
         "loss": row.median(lambda m: m["final_loss"]),
         "time to target s": _time_to_target(row),
         "peak RSS MiB": row.median(lambda m: max(m["peak_rss_mb"])),
@@ -141,6 +157,12 @@ def _cells(row: Row) -> dict[str, Cell]:
     }
 
 
+def _same_computation(a: Modes, b: Modes) -> bool:
+    """Modes that make the 1-device reference of a row: all but sync BN, which one device
+    computes identically either way."""
+    return (a.precision, a.compile, a.grad_accum) == (b.precision, b.compile, b.grad_accum)
+
+
 def _efficiency(row: Row, rows: list[Row]) -> float | None:
     throughput = row.cells["samples/s"]
     if throughput is None:
@@ -148,6 +170,7 @@ def _efficiency(row: Row, rows: list[Row]) -> float | None:
     for backend in (SINGLE.get(row.framework), row.backend):
         # the same launcher first, where a backend has several
         refs = sorted((r for r in rows if r.backend == backend and r.devices == 1
+                       and _same_computation(r.modes, row.modes)
                        and r.cells["samples/s"] is not None),
                       key=lambda r: r.launcher != row.launcher)
         if refs:
@@ -168,14 +191,14 @@ def _title(sha: str, records: list[dict]) -> str:
             f"{values(lambda r: r['seed'])}")
 
 
-def _order(key: tuple[str, str, int, str]) -> tuple:
+def _order(key: tuple[str, str, int, str, Modes]) -> tuple:
     """Frameworks and their backends in registry order (an unknown one after the known ones,
-    by name), then devices and launcher."""
-    framework, backend, devices, launcher = key
+    by name), then devices, launcher and modes (the defaults first)."""
+    framework, backend, devices, launcher, modes = key
     known = list(BACKENDS)
     return (FRAMEWORKS.index(framework) if framework in FRAMEWORKS else len(FRAMEWORKS),
             framework, known.index(backend) if backend in known else len(known), backend,
-            devices, launcher)
+            devices, launcher, bool(modes.changed()), modes.label)
 
 
 def is_profiled(record: dict) -> bool:
@@ -190,6 +213,7 @@ def _profile_cells(row: Row) -> dict[str, Cell]:
     profiles = [r["profile"] for r in row.runs if r["status"] == "ok" and "profile" in r]
     top = profiles[0]["top_ops"] if profiles else []
     return {"backend": row.backend, "devices": row.devices, "launcher": row.launcher,
+            **mode_cells(row.modes),
             "status": _status(row.runs), "runs": f"{len(profiles)}/{len(row.runs)}",
             **{f"{phase} ms": _median(p["median_ms"][phase] for p in profiles)
                for phase in (*PHASES, "step")},
@@ -198,10 +222,11 @@ def _profile_cells(row: Row) -> dict[str, Cell]:
 
 
 def _rows(records: list[dict]) -> list[Row]:
-    """One row per backend x devices x launcher, in report order, repeats in order."""
+    """One row per backend x devices x launcher x modes, in report order, repeats in order."""
     keyed: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
-        keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"])].append(r)
+        keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"],
+               modes_of(r))].append(r)
     return [Row(*key, runs=sorted(keyed[key], key=lambda r: r["repeat"]))
             for key in sorted(keyed, key=_order)]
 
@@ -241,7 +266,7 @@ def environment_rows(groups: list[Group]) -> list[dict[str, Cell]]:
                 env = r["env"]
                 names = ", ".join(f"{n}x {name}" for name, n in Counter(env["device_names"])
                                   .items()) or None
-                cells = {"spec": group.sha[:10], **{k: row.cells[k] for k in KEY},
+                cells = {"spec": group.sha[:10], **{k: row.cells[k] for k in RUN_KEY},
                          "python": env["python"], "OS": env["os"], "CPU": env["cpu_model"],
                          "cores": env["cores"], "threads/worker": env["threads_per_worker"],
                          "framework": r["framework"], "version": env["framework_version"],

@@ -131,7 +131,7 @@ def test_compare_warms_up_then_runs_round_robin(tmp_path):
         ("torch-dp", 0), ("torch-dp", 1), ("torch-single", 0), ("torch-single", 1)]
     for record in records:
         env = record["env"]
-        assert record["schema_version"] == 2 and env["load_1m_start"] >= 0
+        assert record["schema_version"] == 3 and env["load_1m_start"] >= 0
         assert env["load_1m_end"] >= 0
         other = env["other_cpu_s"]
         assert other >= 0 if Path("/proc/stat").exists() else other is None

@@ -173,6 +173,7 @@ def test_accuracy_and_memory_table_holds_the_hand_computed_figures(markdown: str
     quality = by_row(markdown_tables(markdown)[(TITLE_A, "Accuracy and memory")])
     assert quality[("torch-single", "1")] == {
         "backend": "torch-single", "devices": "1", "launcher": "python", "accuracy": "0.82",
+        "Precision macro": "-", "Recall macro": "-", "F1 macro": "-",  # schema 1 has none
         "loss": "1.18", "time to target s": "40", "peak RSS MiB": "510",
         "RSS MiB per rank": "510", "peak device MiB": "n/a (CPU)",
         "device MiB per device": "n/a (CPU)"}
