@@ -16,12 +16,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from parbench.exits import watch_spawned
 from parbench.job import Job
 from parbench.lifetime import die_with_parent
 from parbench.loop import run_worker
+from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
@@ -44,21 +46,31 @@ class DistributedDataParallelStrategy:
         if cuda:
             torch.cuda.set_device(self.device)
         runtime.reset_peak_memory([self.device])
-        # --- model: every rank loads the same canonical weights; DDP also broadcasts rank 0's
+        # --- model: every rank loads the same canonical weights; DDP also broadcasts rank 0's.
+        # --sync-bn converts BatchNorm before wrapping (CUDA only: refused on CPU by config);
+        # --compile compiles DDP(module): it traces only because our models are nn.Module
+        # subclasses (a bare nn.Sequential under DDP runs eagerly)
         weights = load_weights(job.weights_path)
+        self.modes = job.run_modes
         self.module = build_model(job.spec, weights).to(self.device)
-        self.model = DDP(self.module, device_ids=[rank] if cuda else None)
-        self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+        if self.modes.sync_bn:  # keeps momentum, eps, weights and statistics; same names
+            self.module = nn.SyncBatchNorm.convert_sync_batchnorm(self.module)
+        ddp = DDP(self.module, device_ids=[rank] if cuda else None)
+        self.model = torch.compile(ddp) if self.modes.compile else ddp
+        self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
+        self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
+                                 self.modes, no_sync=ddp.no_sync)
         # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
         self.rank, self.num_processes = rank, job.world_size
 
-    # --- step: gradients are all-reduced (averaged) inside backward()
+    # --- step: gradients are all-reduced (averaged) inside backward(); with --grad-accum, only
+    # in the last micro-batch's backward (DDP's no_sync around the others)
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        return runtime.train_step(self.model, self.optimizer, x, y, lr, self.device)
+        return self.step(x, y, lr)
 
     # --- eval: each rank scores its part of the test set, then the counts are summed
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
-        return runtime.evaluate(self.module, x, y, self.device)
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        return runtime.evaluate(self.module, x, y, self.device, self.modes.precision)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
@@ -76,6 +88,10 @@ class DistributedDataParallelStrategy:
 
     def describe(self) -> dict:
         return runtime.describe([self.device], process_group=dist.get_backend())
+
+    # --- modes: what the run modes did on the first step, as runtime.Step saw it
+    def observed(self) -> Observed:
+        return self.step.observed()
 
     # --- profile: --profile's steps, timed by phase; a comm hook times each bucket's all-reduce
     def profiler(self) -> StepProfiler:

@@ -4,7 +4,9 @@ DataParallel scatters each global batch along dim 0 into equal contiguous chunks
 shard rule), replicates the module on every device each step and gathers outputs on device 0,
 where the loss and the optimizer run: device 0 holds more memory than the others.
 Without CUDA, DataParallel silently runs the module on the CPU as is; the harness refuses
-``--devices`` > 1 there, and the record notes the no-op.
+``--devices`` > 1 there, and the record notes the no-op. ``--precision`` enters autocast inside
+the replicated forward too (runtime.AutocastForward); ``--compile`` and ``--sync-bn`` are
+refused (see parbench.modes.REFUSALS).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from torch import nn
 
 from parbench.job import Job
 from parbench.loop import run_worker
+from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
@@ -22,6 +25,9 @@ from .model import build_model, export_weights
 from .profile import DATA_PARALLEL, ONE_DEVICE, StepProfiler
 
 NO_OP_NOTE = "nn.DataParallel without CUDA is a no-op: the module ran unchanged on the CPU"
+ACCUMULATION_NOTE = ("--grad-accum under nn.DataParallel: each micro-batch's backward reduces "
+                     "gradients onto device 0 (replicas are rebuilt every forward), so "
+                     "accumulation bounds activation memory but does not reduce communication")
 
 
 class DataParallelStrategy:
@@ -36,22 +42,29 @@ class DataParallelStrategy:
             raise RuntimeError("nn.DataParallel needs CUDA devices for --devices > 1; "
                                "none is available")
         runtime.reset_peak_memory(self.devices)
-        # --- model: canonical weights on device 0, then wrapped
+        # --- model: canonical weights on device 0; autocast is entered inside the replicated
+        # forward, because the replicas run in threads that do not inherit it
         weights = load_weights(job.weights_path)
         self.module = build_model(job.spec, weights).to(self.devices[0])
+        self.modes = job.run_modes
         ids = [d.index for d in self.devices] if self.devices[0].type == "cuda" else None
-        self.model = nn.DataParallel(self.module, device_ids=ids)
-        self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+        self.model = nn.DataParallel(
+            runtime.AutocastForward(self.module, self.devices[0], self.modes.precision),
+            device_ids=ids)
+        self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
+        self.step = runtime.Step(self.model, self.module, self.optimizer, self.devices[0],
+                                 self.modes)
         # --- data shard: the one process feeds the whole global batch; DataParallel splits it
         self.rank, self.num_processes = 0, 1
 
-    # --- step: inputs go to device 0, DataParallel scatters them
+    # --- step: inputs go to device 0, DataParallel scatters them; the loss on the gathered
+    # outputs runs under Step's own autocast, in the caller's thread
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        return runtime.train_step(self.model, self.optimizer, x, y, lr, self.devices[0])
+        return self.step(x, y, lr)
 
     # --- eval
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
-        return runtime.evaluate(self.model, x, y, self.devices[0])
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        return runtime.evaluate(self.model, x, y, self.devices[0], self.modes.precision)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return values
@@ -67,8 +80,16 @@ class DataParallelStrategy:
         return export_weights(self.module)
 
     def describe(self) -> dict:
-        notes = [NO_OP_NOTE] if self.devices[0].type == "cpu" else []
-        return runtime.describe(self.devices, notes, dataparallel_no_op=bool(notes))
+        no_op, notes = self.devices[0].type == "cpu", []
+        if no_op:
+            notes.append(NO_OP_NOTE)
+        if self.modes.grad_accum > 1:
+            notes.append(ACCUMULATION_NOTE)
+        return runtime.describe(self.devices, notes, dataparallel_no_op=no_op)
+
+    # --- modes: what the run modes did on the first step, as runtime.Step saw it
+    def observed(self) -> Observed:
+        return self.step.observed()
 
     # --- profile: --profile's steps, timed by phase; DataParallel's transfers stay inside them
     def profiler(self) -> StepProfiler:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -15,7 +16,7 @@ from .model import build_model, export_weights
 
 
 def main(request_path: str) -> None:
-    request = json.loads(open(request_path).read())
+    request = json.loads(Path(request_path).read_text())
     torch.set_num_threads(1)  # thread count changes the bits; parity compares single-thread
     model = build_model(spec_from_dict(request["model"]), load_weights(request["weights"]))
     model.train(request["mode"] == "train")

@@ -6,6 +6,8 @@ are chosen to equal the canonical names, so loading is a plain ``load_state_dict
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import torch
 from torch import nn
@@ -57,7 +59,7 @@ class MLP(nn.Module):
     def __init__(self, spec: MLPSpec):
         super().__init__()
         widths = [int(np.prod(spec.input_shape)), *spec.hidden]
-        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(widths))
         self.head = nn.Linear(widths[-1], spec.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -78,6 +80,14 @@ def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Module:
         raise ValueError(f"canonical weights do not fit the torch model: missing {missing}, "
                          f"unexpected {unexpected}")
     return model
+
+
+def first_layer(model: nn.Module) -> nn.Module:
+    """The layer whose output dtype shows the precision a run computes in: the stem conv of the
+    resnet, the first Linear of the MLP (its head when it has no hidden layer)."""
+    if isinstance(model, ResNet):
+        return model.stem.conv
+    return model.hidden[0] if len(model.hidden) else model.head
 
 
 def export_weights(model: nn.Module) -> dict[str, np.ndarray]:

@@ -1,6 +1,7 @@
-"""--profile for torch (single, DataParallel, DDP): runtime.train_step's statements with a
-synchronised clock between forward+loss, backward and the optimizer step, torch.profiler
-around the window, and, under DDP, each gradient bucket's all-reduce timed by a comm hook.
+"""--profile for torch (single, DataParallel, DDP): the plain fp32 step of runtime.Step (config
+refuses --profile with any mode) with a synchronised clock between forward+loss, backward and
+the optimizer step, torch.profiler around the window, and, under DDP, each gradient bucket's
+all-reduce timed by a comm hook.
 
 Eager mode runs each statement to completion on the host (and ``synchronize`` waits for the
 devices), so wall clocks between statements split the step exactly. Gradient communication is
@@ -32,10 +33,10 @@ DDP_COMMUNICATION = (
     "backward and is counted inside backward's time, not added to it; it includes waiting "
     "for the slower rank to reach the same bucket")
 DDP_NOTES = [
-    "Profiled DDP runs all-reduce through a comm hook that calls DDP's default allreduce_hook "
-    "(divide by the world size, then all-reduce), the arithmetic of DDP's built-in reduction.",
-    "On NCCL a bucket's future completes when its kernel has run on the CUDA stream; the span "
-    "is read on the host when the completion callback runs.",
+    ("Profiled DDP runs all-reduce through a comm hook that calls DDP's default allreduce_hook "
+     "(divide by the world size, then all-reduce), the arithmetic of DDP's built-in reduction."),
+    ("On NCCL a bucket's future completes when its kernel has run on the CUDA stream; the span "
+     "is read on the host when the completion callback runs."),
 ]
 
 

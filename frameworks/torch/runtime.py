@@ -1,15 +1,23 @@
-"""What every torch strategy shares: device and threads, the optimizer step, evaluation,
-and the facts a record needs (versions, devices, memory peaks)."""
+"""What every torch strategy shares: device and threads, the optimizer step in the run's modes
+(precision, micro-batches), evaluation, and the facts a record needs (versions, devices, memory
+peaks, what the modes did)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from parbench.devices import physical_gpu
 from parbench.job import Job
+from parbench.modes import Modes, Observed
 from parbench.optim import OptimizerSpec
+
+from .model import first_layer
 
 
 def setup_threads(job: Job) -> None:
@@ -24,28 +32,124 @@ def sgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.SGD:
                            weight_decay=spec.weight_decay)
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.SGD, x: np.ndarray, y: np.ndarray,
-               lr: float, device: torch.device) -> float:
-    for group in optimizer.param_groups:
-        group["lr"] = lr  # the schedule is computed in common and fed per step
-    inputs = torch.from_numpy(x).to(device, non_blocking=True)
-    labels = torch.from_numpy(y).to(device, non_blocking=True)
-    model.train()
-    loss = F.cross_entropy(model(inputs), labels)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(device: torch.device, precision: str) -> AbstractContextManager:
+    """The run's precision around forward + loss: autocast to bf16/fp16 (matmuls and convs in
+    the low dtype, losses and reductions kept in float32); fp32 runs without autocast."""
+    dtype = AUTOCAST_DTYPES.get(precision)
+    return torch.autocast(device.type, dtype) if dtype else nullcontext()
+
+
+class AutocastForward(nn.Module):
+    """Enters the run's autocast inside forward, for nn.DataParallel to replicate.
+
+    Autocast state (enabled flag and dtype) is thread-local, and DataParallel runs each
+    replica's forward in a worker thread: parallel_apply re-enters autocast there with the
+    caller's enabled flag but the device's default dtype (float16 on CUDA), so a bf16 autocast
+    entered around DataParallel alone computes the replicas in float16. Entering it here, in
+    the replicated forward, gives every replica the run's dtype."""
+
+    def __init__(self, module: nn.Module, device: torch.device, precision: str):
+        super().__init__()
+        self.module, self.device, self.precision = module, device, precision
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with autocast(self.device, self.precision):
+            return self.module(x)
+
+
+class DtypeProbe:
+    """The dtype of a layer's output in training forwards, seen by a forward hook. The hook also
+    runs in DataParallel's replicas (a replica copies the module's attributes, hook table
+    included) and in compiled graphs (Dynamo traces it and replays its attribute write after
+    every call: measured, it adds no graph and no recompilation)."""
+
+    def __init__(self, layer: nn.Module):
+        self.dtype: torch.dtype | None = None
+        layer.register_forward_hook(self._seen)
+
+    def _seen(self, layer: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        if layer.training:  # evaluation forwards do not count
+            self.dtype = output.dtype
+
+
+class Step:
+    """One optimizer step in the run's modes: autocast, fp16 loss scaling and K micro-batches.
+
+    The process's rows are split into K contiguous micro-batches; each loss is divided by K, so
+    the summed gradient is the gradient of the mean over all rows. ``no_sync`` (DDP's) wraps the
+    forward and backward of the first K-1 micro-batches, so gradients are all-reduced once, in
+    the last backward. With fp16, GradScaler scales every micro-batch's loss by the same factor
+    and unscales, checks and updates once per optimizer step.
+    """
+
+    def __init__(self, model: nn.Module, module: nn.Module, optimizer: torch.optim.SGD,
+                 device: torch.device, modes: Modes,
+                 no_sync: Callable[[], AbstractContextManager] = nullcontext):
+        self.model, self.module, self.optimizer, self.device = model, module, optimizer, device
+        self.modes, self.no_sync = modes, no_sync
+        self.scaler = torch.amp.GradScaler(device.type, enabled=modes.precision == "fp16")
+        self.probe = DtypeProbe(first_layer(module))
+        self.first: tuple[str, int] | None = None  # step 0's (compute dtype, micro-batches)
+
+    def __call__(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr  # the schedule is computed in common and fed per step
+        inputs = torch.from_numpy(x).to(self.device, non_blocking=True)
+        labels = torch.from_numpy(y).to(self.device, non_blocking=True)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        parts = self.modes.grad_accum
+        micro = list(zip(inputs.chunk(parts), labels.chunk(parts)))
+        total = torch.zeros((), device=self.device)
+        for index, (x_part, y_part) in enumerate(micro):
+            last = index == len(micro) - 1  # DDP all-reduces only in the last backward
+            with nullcontext() if last else self.no_sync():
+                with autocast(self.device, self.modes.precision):
+                    loss = F.cross_entropy(self.model(x_part), y_part) / parts
+                self.scaler.scale(loss).backward()
+            total += loss.detach()
+        self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
+        self.scaler.update()
+        if self.first is None:
+            self.first = (dtype_name(self.probe.dtype), len(micro))
+        return total.item()
+
+    def observed(self) -> Observed:
+        """What the modes did: valid once the first step ran."""
+        compute_dtype, micro_batches = self.first or ("none", 0)
+        return Observed(compute_dtype=compute_dtype,
+                        compiled_graphs=compiled_graphs() if self.modes.compile else None,
+                        sync_bn_layers=sum(isinstance(layer, nn.SyncBatchNorm)
+                                           for layer in self.module.modules()),
+                        micro_batches=micro_batches)
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """'bfloat16' for torch.bfloat16; 'none' when the layer never ran in training."""
+    return str(dtype).removeprefix("torch.") if dtype is not None else "none"
+
+
+def compiled_graphs() -> int:
+    """Graphs Dynamo captured in this process (0: everything ran eagerly)."""
+    # imported here: only compiled runs need Dynamo's internals
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray,
-             device: torch.device) -> tuple[int, float]:
+def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, device: torch.device,
+             precision: str) -> tuple[np.ndarray, float]:
+    """(predicted class of each row, loss sum), in the run's precision."""
     model.eval()
-    logits = model(torch.from_numpy(x).to(device))
     labels = torch.from_numpy(y).to(device)
-    loss_sum = F.cross_entropy(logits, labels, reduction="sum").item()
-    return int((logits.argmax(1) == labels).sum().item()), loss_sum
+    with autocast(device, precision):
+        logits = model(torch.from_numpy(x).to(device))
+        loss_sum = F.cross_entropy(logits, labels, reduction="sum").item()
+    return logits.argmax(1).cpu().numpy(), loss_sum
 
 
 def synchronize(device: torch.device) -> None:
@@ -70,6 +174,8 @@ def describe(devices: list[torch.device], notes: list[str] | None = None, **extr
     names = [torch.cuda.get_device_name(d) if d.type == "cuda" else "cpu" for d in devices]
     cuda = torch.cuda.is_available()
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
+    gpus = [physical_gpu(d.index) for d in devices if d.type == "cuda"]
     return {"framework": "torch", "framework_version": torch.__version__,
-            "device_names": names, "cuda_version": torch.version.cuda if cuda else None,
+            "device_names": names, "gpus": gpus,
+            "cuda_version": torch.version.cuda if cuda else None,
             "nccl_version": nccl, "notes": notes or [], **extra}

@@ -7,6 +7,7 @@ import torch
 
 from parbench.job import Job
 from parbench.loop import run_worker
+from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
@@ -20,20 +21,24 @@ class SingleDevice:
         runtime.setup_threads(job)
         self.device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
         runtime.reset_peak_memory([self.device])
-        # --- model: canonical weights, the shared SGD rule
+        # --- model: canonical weights, the shared SGD rule; --compile compiles the module
         weights = load_weights(job.weights_path)
-        self.model = build_model(job.spec, weights).to(self.device)
-        self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+        self.module = build_model(job.spec, weights).to(self.device)
+        self.modes = job.run_modes
+        self.model = torch.compile(self.module) if self.modes.compile else self.module
+        self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
+        self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
+                                 self.modes)
         # --- data shard: the one process reads every row of each global batch
         self.rank, self.num_processes = 0, 1
 
-    # --- step
+    # --- step: autocast, loss scaling and micro-batches live in runtime.Step
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        return runtime.train_step(self.model, self.optimizer, x, y, lr, self.device)
+        return self.step(x, y, lr)
 
-    # --- eval
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
-        return runtime.evaluate(self.model, x, y, self.device)
+    # --- eval: the eager module, in the run's precision (only training steps are compiled)
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        return runtime.evaluate(self.module, x, y, self.device, self.modes.precision)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return values
@@ -45,10 +50,14 @@ class SingleDevice:
         return runtime.peak_device_mb([self.device])
 
     def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.model)
+        return export_weights(self.module)
 
     def describe(self) -> dict:
         return runtime.describe([self.device])
+
+    # --- modes: what the run modes did on the first step, as runtime.Step saw it
+    def observed(self) -> Observed:
+        return self.step.observed()
 
     # --- profile: --profile's steps, timed by phase (see profile.py)
     def profiler(self) -> StepProfiler:
