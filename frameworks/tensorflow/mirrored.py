@@ -11,7 +11,8 @@ chooses. Each replica's loss is its shard's sum over the *global* batch
 (``tf.nn.compute_average_loss``); the optimizer sums gradients across replicas and applies the
 shared SGD rule to every copy; ``strategy.reduce`` sums the losses to the global-batch mean.
 BatchNorm normalises each shard with its own statistics (as torch DDP does without
-SyncBatchNorm) and keeps replica 0's running statistics (as DDP's buffer broadcast does).
+SyncBatchNorm) and keeps replica 0's running statistics (as DDP's buffer broadcast does);
+with --sync-bn it normalises with the global batch's, all-reduced across replicas.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from parbench.batches import eval_slice
 from parbench.job import Job
 from parbench.loop import run_worker
+from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
@@ -41,14 +43,15 @@ class Mirrored:
         self.strategy = tf.distribute.MirroredStrategy(devices,
                                                        cross_device_ops=self.reduction)
         # --- model: canonical weights in the scope, so each replica holds a mirrored copy
-        self.spec = job.spec
+        self.spec, modes = job.spec, job.run_modes
+        runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
-            self.model = build_model(self.spec, load_weights(job.weights_path))
-            self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+            self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
+            self.optimizer = runtime.sgd(self.model, job.optimizer_spec, modes.precision)
         self.devices = runtime.checked_replica_devices(self.strategy, self.model)
         runtime.reset_peak_memory(self.devices)
-        self.step = runtime.make_train_step(self.strategy, self.model, self.optimizer,
-                                            job.global_batch)
+        self.step = runtime.TrainStep(self.strategy, self.model, self.optimizer,
+                                      job.global_batch, modes)
         self.eval_step = runtime.make_eval_step(self.strategy, self.model)
         # --- data shard: the one process reads every global batch; the step splits it
         self.rank, self.num_processes = 0, 1
@@ -57,8 +60,8 @@ class Mirrored:
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         return runtime.train_step(self.step, self.strategy, x, y, lr)
 
-    # --- eval: the chunk split over the replicas, their counts added up on the host
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+    # --- eval: the chunk split over the replicas, their predictions joined in row order
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
@@ -76,6 +79,10 @@ class Mirrored:
     def describe(self) -> dict:
         return runtime.describe(self.devices, cross_device_ops=type(self.reduction).__name__,
                                 **self.threads)
+
+    # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
+    def observed(self) -> Observed:
+        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches)
 
     # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
     def profiler(self) -> StepProfiler:

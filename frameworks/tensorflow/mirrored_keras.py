@@ -16,9 +16,17 @@ What fit changes, and how the contract still holds:
   reports each step's loss; the default reports the epoch's running mean.
 * Bookkeeping: fit owns the loop, so ``run_worker`` cannot drive it. A callback does per step
   what ``run_worker`` does (fault injection, timings, losses, progress, evaluation at every
-  epoch end with the loop's own ``evaluate_test_set``) and the loop's ``write_rank_log`` writes rank0.json.
+  epoch end with the loop's own ``evaluate_test_set``) and the loop's ``write_rank_log``
+  writes rank0.json.
   A step is timed from fit's batch-begin to batch-end hook; that includes taking the next
   batch from the prefetched pipeline, which the custom loops do outside the timed region.
+  After the first batch it checks that the run modes took effect, as ``run_worker`` does.
+* Modes: the precision policy, loss scaling (fp16) and synchronized BatchNorm as in the custom
+  loops. --compile is not fit's ``jit_compile=True``: that compiles the whole per-replica step,
+  optimizer included, which fails under MirroredStrategy ("Trying to access resource ...
+  located in device CPU:1 from device CPU:0", measured); the train step below compiles its
+  loss+gradient function instead, as tf-mirrored does. --grad-accum is refused: fit applies the
+  optimizer on every batch.
 
 MultiWorkerMirroredStrategy + Keras 3 fit fails upstream (keras-team/keras#20585), so this
 backend takes only the ``python`` launcher; ``--launcher tf-config`` is refused up front.
@@ -28,14 +36,16 @@ from __future__ import annotations
 
 import resource
 import time
+from dataclasses import asdict
 
 import numpy as np
 
 from parbench.batches import eval_slice, schedule, shard_slice, steps_per_epoch
 from parbench.data import Dataset
 from parbench.job import Job
-from parbench.loop import (Progress, RankLog, evaluate_test_set, inject_test_fault,
-                           write_rank_log)
+from parbench.loop import (Progress, RankLog, check_modes, evaluate_test_set,
+                           inject_test_fault, write_rank_log)
+from parbench.modes import Observed
 from parbench.optim import lr_at
 from parbench.weights import load_weights
 
@@ -58,21 +68,23 @@ class StepRates(keras.optimizers.schedules.LearningRateSchedule):
 
 
 class StepLossModel(keras.Model):
-    """Wraps the spec's model for fit: Keras' default train step, reporting this step's loss."""
+    """Wraps the spec's model for fit: Keras' default train step (loss scaled for fp16), its
+    loss+gradient function XLA-compiled with --compile, reporting this step's loss."""
 
-    def __init__(self, net: keras.Model):
+    def __init__(self, net: keras.Model, optimizer: keras.optimizers.Optimizer, jit: bool):
         super().__init__()
         self.net = net
+        self.gradients = runtime.GradientFunction(self, optimizer, self._loss, jit)
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         return self.net(x, training=training)
 
+    def _loss(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        return self.compute_loss(x=x, y=y, y_pred=self(x, training=True), training=True)
+
     def train_step(self, data: tuple) -> dict:
-        x, y = data
-        with tf.GradientTape() as tape:
-            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True), training=True)
-        self.optimizer.apply(tape.gradient(loss, self.trainable_variables),
-                             self.trainable_variables)
+        loss, gradients = self.gradients(*data)
+        self.optimizer.apply(gradients, self.trainable_variables)
         # fit averages what replicas return: the shard means average to the global mean
         return {"loss": loss * self.distribute_strategy.num_replicas_in_sync}
 
@@ -87,16 +99,20 @@ class MirroredKeras:
         self.strategy = tf.distribute.MirroredStrategy(devices,
                                                        cross_device_ops=self.reduction)
         # --- model: compiled in the scope with the shared SGD rule and the common schedule
-        self.spec = job.spec
+        self.spec, modes = job.spec, job.run_modes
+        runtime.set_precision(modes.precision)  # before the layers are created
         rates = [lr_at(step, job.total_steps, job.optimizer_spec)
                  for step in range(job.total_steps)]
         with self.strategy.scope():
-            self.net = build_model(self.spec, load_weights(job.weights_path))
-            self.model = StepLossModel(self.net)
+            self.net = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
+            optimizer = runtime.sgd(self.net, job.optimizer_spec, modes.precision,
+                                    StepRates(rates))
+            self.model = StepLossModel(self.net, optimizer, modes.compile)
             self.model.compile(
-                optimizer=runtime.sgd(self.net, job.optimizer_spec, StepRates(rates)),
+                optimizer=optimizer,
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                jit_compile=False, steps_per_execution=1)  # the custom loops' graph: no XLA
+                # fit's own XLA would compile the optimizer too: StepLossModel compiles less
+                jit_compile=False, steps_per_execution=1)
         self.devices = runtime.checked_replica_devices(self.strategy, self.net)
         runtime.reset_peak_memory(self.devices)
         self.eval_step = runtime.make_eval_step(self.strategy, self.net)
@@ -127,8 +143,8 @@ class MirroredKeras:
                        callbacks=[log], verbose=2 if self.job.verbose else 0)
         return log.finish()
 
-    # --- eval: the chunk split over the replicas, their counts added up on the host
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+    # --- eval: the chunk split over the replicas, their predictions joined in row order
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
@@ -147,6 +163,11 @@ class MirroredKeras:
         return runtime.describe(self.devices, [FIT_TIMING_NOTE],
                                 cross_device_ops=type(self.reduction).__name__, keras_fit=True,
                                 **self.threads)
+
+    # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
+    def observed(self) -> Observed:
+        # one backward pass per batch: fit applies the optimizer on each (no accumulation)
+        return runtime.observed(self.net, self.model.gradients, 1)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:
@@ -177,6 +198,8 @@ class StepLog(keras.callbacks.Callback):
         self.log.step_s.append(elapsed)
         self.log.losses.append(float(logs["loss"]))
         self.train_s += elapsed
+        if batch == 0:
+            check_modes(self.job, self.strategy)
         self.progress.update(batch + 1)
         if (batch + 1) % self.per_epoch == 0 or batch == self.job.total_steps - 1:
             self.log.evals.append(evaluate_test_set(self.strategy, self.strategy.data, batch,
@@ -187,6 +210,7 @@ class StepLog(keras.callbacks.Callback):
         self.log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         self.log.peak_device_mb = self.strategy.peak_device_mb()
         self.log.describe = self.strategy.describe()
+        self.log.observed = asdict(self.strategy.observed())
         write_rank_log(self.job, self.strategy, self.log)
         return self.log
 

@@ -8,63 +8,104 @@ Padding is explicit and symmetric (``ZeroPadding2D`` + ``valid``), because TF's 
 stride-2 convolutions on one side only. BatchNorm is a small layer of its own: Keras'
 ``BatchNormalization`` updates its moving variance with the biased batch variance and calls
 ``1 - momentum`` its momentum, while the spec follows torch.
+
+Under a mixed-precision policy (``--precision bf16|fp16``) convolutions and dense layers compute
+in the policy's dtype; BatchNorm computes its statistics in float32 and keeps float32 variables
+(what Keras' own BatchNormalization does), and the logits leave the model in float32, so the
+loss and softmax are float32. The models record, while a training step is traced, the dtype
+the first layer really produced (``first_output_dtype``): the run's evidence for --precision.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .runtime import keras, tf
+from .runtime import SUM, keras, tf
 from parbench.spec import BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, parameters, \
     resnet_blocks
 
 
 class TorchBatchNorm(keras.layers.Layer):
     """BatchNorm in the spec's convention: ``running = (1 - m) * running + m * batch``,
-    normalised with the biased batch variance, running variance fed the unbiased one."""
+    normalised with the biased batch variance, running variance fed the unbiased one.
 
-    def __init__(self, spec: BatchNormSpec, **kwargs):
+    ``synchronized``: the batch statistics are those of the global batch, reduced over the
+    replicas with the replica context's all-reduce (SyncBatchNorm); the all-reduce's gradient
+    is an all-reduce too, so the backward pass is that of the global batch as well."""
+
+    def __init__(self, spec: BatchNormSpec, synchronized: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.momentum, self.eps = spec.momentum, spec.eps
+        self.momentum, self.eps, self.synchronized = spec.momentum, spec.eps, synchronized
+        self.reduced_over: int | None = None  # replicas a traced training call reduced over
 
     def build(self, input_shape) -> None:
         shape = (input_shape[-1],)
-        self.gamma = self.add_weight(shape=shape, initializer="ones", name="gamma")
-        self.beta = self.add_weight(shape=shape, initializer="zeros", name="beta")
-        # Replicas normalise with their own shard's statistics (no sync BN, like torch DDP);
-        # only_first_replica then keeps replica 0's running statistics, which is what DDP's
-        # buffer broadcast from rank 0 keeps as well.
+        # autocast=False: float32 under a mixed policy too, like Keras' BatchNormalization
+        self.gamma = self.add_weight(shape=shape, initializer="ones", name="gamma",
+                                     autocast=False)
+        self.beta = self.add_weight(shape=shape, initializer="zeros", name="beta",
+                                    autocast=False)
+        # Without synchronization replicas normalise with their own shard's statistics (like
+        # torch DDP); only_first_replica then keeps replica 0's running statistics, which is
+        # what DDP's buffer broadcast from rank 0 keeps as well.
         self.moving_mean = self.add_weight(shape=shape, initializer="zeros", trainable=False,
-                                           aggregation="only_first_replica", name="moving_mean")
+                                           aggregation="only_first_replica", name="moving_mean",
+                                           autocast=False)
         self.moving_var = self.add_weight(shape=shape, initializer="ones", trainable=False,
-                                          aggregation="only_first_replica", name="moving_var")
+                                          aggregation="only_first_replica", name="moving_var",
+                                          autocast=False)
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        # Statistics in float32 whatever the policy: bf16/fp16 sums over a batch lose digits
+        computed = tf.cast(x, tf.float32)
         if not training:
-            return tf.nn.batch_normalization(x, self.moving_mean, self.moving_var, self.beta,
-                                             self.gamma, self.eps)
-        mean, var = tf.nn.moments(x, axes=[0, 1, 2])
-        count = tf.cast(tf.size(x) // tf.shape(x)[-1], x.dtype)
+            out = tf.nn.batch_normalization(computed, self.moving_mean, self.moving_var,
+                                            self.beta, self.gamma, self.eps)
+            return tf.cast(out, x.dtype)
+        mean, var, count = self._global_moments(computed) if self.synchronized \
+            else self._local_moments(computed)
         m = self.momentum
         self.moving_mean.assign((1 - m) * self.moving_mean + m * mean)
         self.moving_var.assign((1 - m) * self.moving_var + m * var * count / (count - 1))
-        return tf.nn.batch_normalization(x, mean, var, self.beta, self.gamma, self.eps)
+        out = tf.nn.batch_normalization(computed, mean, var, self.beta, self.gamma, self.eps)
+        return tf.cast(out, x.dtype)
+
+    @staticmethod
+    def _local_moments(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        mean, var = tf.nn.moments(x, axes=[0, 1, 2])
+        return mean, var, tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+
+    def _global_moments(self, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Mean and biased variance over every replica's rows, two-pass like tf.nn.moments
+        (a sum of squares minus the squared mean cancels digits), and the global row count."""
+        context = tf.distribute.get_replica_context()
+        self.reduced_over = context.num_replicas_in_sync
+        axes = [0, 1, 2]
+        local_count = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+        total, count = context.all_reduce(SUM, [tf.reduce_sum(x, axes), local_count])
+        mean = total / count
+        squares = context.all_reduce(SUM, tf.reduce_sum(tf.square(x - mean), axes))
+        return mean, squares / count, count
 
 
 class ConvNorm(keras.layers.Layer):
     """Symmetric zero padding, conv (bias only without norm), then the spec's BatchNorm."""
 
-    def __init__(self, c_out: int, kernel: int, stride: int, spec: ResNetSpec, **kwargs):
+    def __init__(self, c_out: int, kernel: int, stride: int, spec: ResNetSpec,
+                 sync_bn: bool, **kwargs):
         super().__init__(**kwargs)
         self.pad = keras.layers.ZeroPadding2D(kernel // 2, data_format="channels_last")
         self.conv = keras.layers.Conv2D(c_out, kernel, stride, padding="valid",
                                         data_format="channels_last",
                                         use_bias=spec.norm is None)
-        self.bn = None if spec.norm is None else TorchBatchNorm(spec.norm)
+        self.bn = None if spec.norm is None else TorchBatchNorm(spec.norm, sync_bn)
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         x = self.conv(self.pad(x))
         return x if self.bn is None else self.bn(x, training=training)
+
+    def batchnorms(self) -> list[TorchBatchNorm]:
+        return [] if self.bn is None else [self.bn]
 
     def canonical_variables(self, prefix: str) -> dict:
         named = {f"{prefix}.conv.weight": self.conv.kernel}
@@ -76,16 +117,21 @@ class ConvNorm(keras.layers.Layer):
 
 
 class Block(keras.layers.Layer):
-    def __init__(self, c_out: int, stride: int, projection: bool, spec: ResNetSpec, **kwargs):
+    def __init__(self, c_out: int, stride: int, projection: bool, spec: ResNetSpec,
+                 sync_bn: bool, **kwargs):
         super().__init__(**kwargs)
-        self.conv1 = ConvNorm(c_out, 3, stride, spec)
-        self.conv2 = ConvNorm(c_out, 3, 1, spec)
-        self.shortcut = ConvNorm(c_out, 1, stride, spec) if projection else None
+        self.conv1 = ConvNorm(c_out, 3, stride, spec, sync_bn)
+        self.conv2 = ConvNorm(c_out, 3, 1, spec, sync_bn)
+        self.shortcut = ConvNorm(c_out, 1, stride, spec, sync_bn) if projection else None
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         out = self.conv2(tf.nn.relu(self.conv1(x, training=training)), training=training)
         skip = x if self.shortcut is None else self.shortcut(x, training=training)
         return tf.nn.relu(out + skip)
+
+    def batchnorms(self) -> list[TorchBatchNorm]:
+        convs = [self.conv1, self.conv2] + ([self.shortcut] if self.shortcut else [])
+        return [bn for conv in convs for bn in conv.batchnorms()]
 
     def canonical_variables(self, prefix: str) -> dict:
         named = {**self.conv1.canonical_variables(f"{prefix}.conv1"),
@@ -99,21 +145,42 @@ def _dense_variables(layer: keras.layers.Dense, prefix: str) -> dict:
     return {f"{prefix}.weight": layer.kernel, f"{prefix}.bias": layer.bias}
 
 
-class ResNet(keras.Model):
-    def __init__(self, spec: ResNetSpec, **kwargs):
+class RecordingModel(keras.Model):
+    """A model that notes, while its first training forward is traced, the dtype of its first
+    layer's output: what the run really computed in, whatever policy was asked for."""
+
+    def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.stem = ConvNorm(spec.stem_channels, 3, 1, spec)
+        self.first_output_dtype: str | None = None
+
+    def _record(self, first_output: tf.Tensor, training: bool) -> tf.Tensor:
+        if training and self.first_output_dtype is None:
+            self.first_output_dtype = first_output.dtype.name
+        return first_output
+
+    def batchnorms(self) -> list[TorchBatchNorm]:
+        return []
+
+
+class ResNet(RecordingModel):
+    def __init__(self, spec: ResNetSpec, sync_bn: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.stem = ConvNorm(spec.stem_channels, 3, 1, spec, sync_bn)
         self.block_names = [name for name, *_ in resnet_blocks(spec)]
-        self.blocks = [Block(c_out, stride, projection, spec)
+        self.blocks = [Block(c_out, stride, projection, spec, sync_bn)
                        for _, _, c_out, stride, projection in resnet_blocks(spec)]
         self.head = keras.layers.Dense(spec.num_classes)
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         x = tf.transpose(x, [0, 2, 3, 1])  # NCHW data -> NHWC, what TF's CPU convs take
-        x = tf.nn.relu(self.stem(x, training=training))
+        x = tf.nn.relu(self._record(self.stem(x, training=training), training))
         for block in self.blocks:
             x = block(x, training=training)
-        return self.head(tf.reduce_mean(x, axis=[1, 2]))
+        # float32 logits under a mixed policy: the loss and softmax in float32
+        return tf.cast(self.head(tf.reduce_mean(x, axis=[1, 2])), tf.float32)
+
+    def batchnorms(self) -> list[TorchBatchNorm]:
+        return self.stem.batchnorms() + [bn for block in self.blocks for bn in block.batchnorms()]
 
     def canonical_variables(self) -> dict:
         named = self.stem.canonical_variables("stem")
@@ -122,7 +189,7 @@ class ResNet(keras.Model):
         return {**named, **_dense_variables(self.head, "head")}
 
 
-class MLP(keras.Model):
+class MLP(RecordingModel):
     def __init__(self, spec: MLPSpec, **kwargs):
         super().__init__(**kwargs)
         self.hidden = [keras.layers.Dense(width) for width in spec.hidden]
@@ -131,8 +198,9 @@ class MLP(keras.Model):
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         x = tf.reshape(x, [tf.shape(x)[0], -1])  # flattened in NCHW order, as torch does
         for layer in self.hidden:
-            x = tf.nn.relu(layer(x))
-        return self.head(x)
+            x = tf.nn.relu(self._record(layer(x), training))
+        # the head is the first layer only without hidden ones; float32 logits for the loss
+        return tf.cast(self._record(self.head(x), training), tf.float32)
 
     def canonical_variables(self) -> dict:
         named = {}
@@ -153,10 +221,13 @@ def to_canonical_layout(array: np.ndarray, role: str) -> np.ndarray:
     return array.T if role == "dense" else array
 
 
-def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> keras.Model:
+def build_model(spec: ModelSpec, weights: dict[str, np.ndarray],
+                sync_bn: bool = False) -> RecordingModel:
     """The spec's model holding the canonical ``weights``; call it inside the strategy's scope
-    so that its variables are the strategy's (mirrored) variables."""
-    model = ResNet(spec) if isinstance(spec, ResNetSpec) else MLP(spec)
+    so that its variables are the strategy's (mirrored) variables, and after setting the
+    precision policy (layers take the policy in force when they are created). ``sync_bn``:
+    BatchNorm statistics over all replicas."""
+    model = ResNet(spec, sync_bn) if isinstance(spec, ResNetSpec) else MLP(spec)
     model(np.zeros((1, *spec.input_shape), np.float32))  # creates the variables
     named, expected = model.canonical_variables(), parameters(spec)
     if set(named) != set(weights) or set(named) != set(expected):

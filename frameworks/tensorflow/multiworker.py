@@ -19,6 +19,7 @@ import numpy as np
 from parbench.batches import eval_slice
 from parbench.job import Job
 from parbench.loop import run_worker
+from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import cluster
@@ -43,14 +44,15 @@ class MultiWorker:
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=self.communication))
         # --- model: every worker loads the same canonical weights (TF also broadcasts task 0's)
-        self.spec = job.spec
+        self.spec, modes = job.spec, job.run_modes
+        runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
-            self.model = build_model(self.spec, load_weights(job.weights_path))
-            self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+            self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
+            self.optimizer = runtime.sgd(self.model, job.optimizer_spec, modes.precision)
         self.devices = runtime.checked_replica_devices(self.strategy, self.model)
         runtime.reset_peak_memory(self.devices)
-        self.step = runtime.make_train_step(self.strategy, self.model, self.optimizer,
-                                            job.global_batch)
+        self.step = runtime.TrainStep(self.strategy, self.model, self.optimizer,
+                                      job.global_batch, modes)
         self.eval_step = runtime.make_eval_step(self.strategy, self.model)
         # --- data shard: this worker's contiguous part of each global batch
         self.rank, self.num_processes = index, job.world_size
@@ -60,7 +62,7 @@ class MultiWorker:
         return runtime.train_step(self.step, self.strategy, x, y, lr)
 
     # --- eval: each worker scores its part of the test set, then the counts are summed
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
@@ -78,6 +80,10 @@ class MultiWorker:
     def describe(self) -> dict:
         return runtime.describe(self.devices, [GLOBAL_LOSS_NOTE],
                                 communication=self.communication.name, **self.threads)
+
+    # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
+    def observed(self) -> Observed:
+        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches)
 
     # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
     def profiler(self) -> StepProfiler:

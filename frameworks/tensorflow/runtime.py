@@ -19,7 +19,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from parbench.batches import shard_slice  # noqa: E402
+from parbench.devices import physical_gpu  # noqa: E402
 from parbench.job import Job  # noqa: E402
+from parbench.modes import Modes, Observed  # noqa: E402
 from parbench.optim import OptimizerSpec  # noqa: E402
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -94,13 +96,27 @@ class SharedSGD(keras.optimizers.Optimizer):
         self.assign_sub(variable, lr * buf)
 
 
-def sgd(model: keras.Model, spec: OptimizerSpec, learning_rate=None) -> SharedSGD:
+PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+def set_precision(precision: str) -> None:
+    """--precision as Keras' global dtype policy. Layers take the policy in force when they are
+    created, so this runs before the model is built; mixed policies keep float32 variables."""
+    keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
+
+
+def sgd(model: keras.Model, spec: OptimizerSpec, precision: str = "fp32",
+        learning_rate=None) -> keras.optimizers.Optimizer:
     """The shared rule, its buffers created now: call inside the strategy's scope, so they are
     mirrored like the weights (a first build inside a compiled step would be in replica
     context, where variables cannot be created). ``learning_rate``: a schedule for fit; the
-    custom loops assign each step's rate instead."""
+    custom loops assign each step's rate instead. fp16: wrapped in Keras' dynamic loss scaling
+    (``scale_loss`` before the gradient, ``apply`` unscales, skips a step whose gradients are
+    not finite and halves the scale); bf16 has float32's range and needs none."""
     optimizer = SharedSGD(spec.momentum, spec.weight_decay,
                           spec.lr if learning_rate is None else learning_rate)
+    if precision == "fp16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)
     return optimizer
 
@@ -109,43 +125,120 @@ def per_example_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
 
 
-def make_train_step(strategy: tf.distribute.Strategy, model: keras.Model,
-                    optimizer: SharedSGD, global_batch: int) -> Callable:
-    """step(x, y, lr) -> mean loss over the global batch; x and y are per-replica values."""
+class GradientFunction:
+    """(x, y) -> (loss, gradients of the trainable variables) of one (micro-)batch on one
+    replica, for ``loss_of(x, y)``; the loss is scaled for the gradient when the optimizer
+    scales losses (fp16).
 
-    def replica_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            logits = model(x, training=True)
-            # Sum over this shard / global batch: summed over replicas, the global mean.
-            loss = tf.nn.compute_average_loss(per_example_loss(y, logits),
-                                              global_batch_size=global_batch)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply(gradients, model.trainable_variables)
-        return loss
+    The forward runs stateless (``keras.StatelessScope``): BatchNorm's running-statistic
+    updates come back as values and are assigned after the call. That lets ``jit`` compile
+    this function with XLA on its own. Under MirroredStrategy (measured on CPU) an XLA function
+    can neither update a running statistic (an ``only_first_replica`` variable's update is a
+    merge_call, refused inside a nested function) nor hold ``optimizer.apply`` (XLA on the
+    whole step fails with "Trying to access resource ... located in device CPU:1 from device
+    CPU:0"), so both stay outside, in the plain graph."""
 
-    @tf.function
-    def step(x, y, lr: tf.Tensor) -> tf.Tensor:
-        optimizer.learning_rate.assign(lr)  # the schedule is computed in common, fed per step
-        return strategy.reduce(SUM, strategy.run(replica_step, args=(x, y)), axis=None)
+    def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer,
+                 loss_of: Callable[[tf.Tensor, tf.Tensor], tf.Tensor], jit: bool):
+        self.model, self.optimizer, self.loss_of, self.jit = model, optimizer, loss_of, jit
+        self.function = tf.function(self._stateless, jit_compile=True) if jit \
+            else self._stateless
+        self.xla_calls: set[tuple[str, str]] = set()  # (function, device) of traced XLA calls
 
-    return step
+    def _stateless(self, x: tf.Tensor, y: tf.Tensor) -> tuple:
+        with keras.StatelessScope() as scope, tf.GradientTape() as tape:
+            loss = self.loss_of(x, y)
+            scaled = self.optimizer.scale_loss(loss)  # the loss itself unless fp16
+        gradients = tape.gradient(scaled, self.model.trainable_variables)
+        updates = [scope.get_current_value(v) for v in self.model.non_trainable_variables]
+        return loss, gradients, updates
+
+    def __call__(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        loss, gradients, updates = self.function(x, y)
+        if self.jit:
+            self._note_xla_call(loss)
+        for variable, value in zip(self.model.non_trainable_variables, updates):
+            if value is not None:
+                variable.assign(value)
+        return loss, gradients
+
+    def _note_xla_call(self, output: tf.Tensor) -> None:
+        """Record the call op the traced step really holds, if XLA must compile it: the
+        evidence that --compile took effect. XLA compiles once per function and device."""
+        op = output.op
+        while op.type == "Identity":
+            op = op.inputs[0].op
+        if op.get_attr("_XlaMustCompile"):
+            self.xla_calls.add((op.get_attr("f").name, op.device))
+
+    @property
+    def compiled_graphs(self) -> int | None:
+        return len(self.xla_calls) if self.jit else None
 
 
-def train_step(step: Callable, strategy: tf.distribute.Strategy, x: np.ndarray, y: np.ndarray,
-               lr: float) -> float:
+class TrainStep:
+    """The custom loops' step: ``step(x, y, lr)`` -> mean loss over the global batch; x and y
+    are per-replica values.
+
+    Each replica splits its rows into ``micro_batches`` contiguous parts, sums their gradients
+    and applies them once: the optimizer's cross-replica sum is the step's one reduction. Each
+    part's loss is its sum over the *global* batch (``tf.nn.compute_average_loss``), so the
+    parts' gradients add up to the replica's, and the replicas' to the global mean's."""
+
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model,
+                 optimizer: keras.optimizers.Optimizer, global_batch: int, modes: Modes):
+        self.strategy, self.model, self.optimizer = strategy, model, optimizer
+        self.global_batch, self.micro_batches = global_batch, modes.grad_accum
+        self.gradients = GradientFunction(model, optimizer, self._loss, modes.compile)
+        self.traced_micro_batches = 0  # backward passes one replica step holds, once traced
+        self.function = tf.function(self._step)
+
+    def _loss(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        # Sum over these rows / global batch: summed over parts and replicas, the global mean.
+        return tf.nn.compute_average_loss(per_example_loss(y, self.model(x, training=True)),
+                                          global_batch_size=self.global_batch)
+
+    def _replica_step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        losses, total = [], None
+        for x_part, y_part in zip(tf.split(x, self.micro_batches), tf.split(y, self.micro_batches)):
+            loss, gradients = self.gradients(x_part, y_part)
+            total = gradients if total is None else [a + b for a, b in zip(total, gradients)]
+            losses.append(loss)
+        self.traced_micro_batches = len(losses)
+        self.optimizer.apply(total, self.model.trainable_variables)
+        return tf.add_n(losses)
+
+    def _step(self, x, y, lr: tf.Tensor) -> tf.Tensor:
+        self.optimizer.learning_rate.assign(lr)  # the schedule is computed in common, fed per step
+        return self.strategy.reduce(SUM, self.strategy.run(self._replica_step, args=(x, y)),
+                                    axis=None)
+
+    def __call__(self, x, y, lr: tf.Tensor) -> tf.Tensor:
+        return self.function(x, y, lr)
+
+
+def train_step(step: TrainStep, strategy: tf.distribute.Strategy, x: np.ndarray,
+               y: np.ndarray, lr: float) -> float:
     """One compiled step on this process's rows, each replica fed its shard of them."""
     loss = step(distribute(strategy, x, shard_slice), distribute(strategy, y, shard_slice),
                 tf.constant(lr, tf.float32))  # a tensor: a Python float would retrace per value
     return float(loss)
 
 
-def make_eval_step(strategy: tf.distribute.Strategy, model: keras.Model) -> Callable:
-    """step(x, y) -> per-replica [correct, loss_sum], inference mode."""
+def observed(model: keras.Model, gradients: GradientFunction, micro_batches: int) -> Observed:
+    """What the traced training step really did (see parbench.modes)."""
+    synchronized = [bn for bn in model.batchnorms() if bn.reduced_over is not None]
+    return Observed(compute_dtype=model.first_output_dtype or "not traced",
+                    compiled_graphs=gradients.compiled_graphs,
+                    sync_bn_layers=len(synchronized), micro_batches=micro_batches)
 
-    def replica_eval(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+
+def make_eval_step(strategy: tf.distribute.Strategy, model: keras.Model) -> Callable:
+    """step(x, y) -> per-replica (predicted classes, loss_sum), inference mode."""
+
+    def replica_eval(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         logits = model(x, training=False)
-        correct = tf.reduce_sum(tf.cast(tf.argmax(logits, axis=1) == y, tf.float32))
-        return tf.stack([correct, tf.reduce_sum(per_example_loss(y, logits))])
+        return tf.argmax(logits, axis=1), tf.reduce_sum(per_example_loss(y, logits))
 
     # Eval chunks differ in size (the last one, uneven splits): one trace per shape, no more.
     return tf.function(lambda x, y: strategy.run(replica_eval, args=(x, y)),
@@ -167,12 +260,15 @@ def distribute(strategy: tf.distribute.Strategy, array: np.ndarray, split: Split
 
 
 def evaluate(strategy: tf.distribute.Strategy, eval_step: Callable, x: np.ndarray,
-             y: np.ndarray, split: Splitter) -> tuple[int, float]:
-    """(correct, loss_sum) over this process's rows: its own replicas only, no collective."""
-    per_replica = eval_step(distribute(strategy, x, split), distribute(strategy, y, split))
-    totals = sum(np.asarray(v, np.float64) for v in
-                 strategy.experimental_local_results(per_replica))
-    return int(totals[0]), float(totals[1])
+             y: np.ndarray, split: Splitter) -> tuple[np.ndarray, float]:
+    """(predicted class of each row, loss_sum) over this process's rows: its own replicas only,
+    no collective. Replica r scored rows ``split(n, R, r)``, contiguous and in replica order,
+    so their predictions concatenated in that order are in row order."""
+    predicted, loss_sums = eval_step(distribute(strategy, x, split),
+                                     distribute(strategy, y, split))
+    rows = [np.asarray(p) for p in strategy.experimental_local_results(predicted)]
+    loss_sum = sum(float(v) for v in strategy.experimental_local_results(loss_sums))
+    return np.concatenate(rows).astype(np.int64), loss_sum
 
 
 def all_reduce_sum(strategy: tf.distribute.Strategy, values: np.ndarray) -> np.ndarray:
@@ -213,8 +309,10 @@ def describe(devices: list[str], notes: list[str] | None = None, **extra) -> dic
     gpus = tf.config.get_visible_devices("GPU")  # the ones this process drives
     build = tf.sysconfig.get_build_info()
     models = [tf.config.experimental.get_device_details(g).get("device_name") for g in gpus]
+    # a visible GPU keeps its physical name, '/physical_device:GPU:<n>'
+    ids = [physical_gpu(int(g.name.rsplit(":", 1)[1])) for g in gpus]
     return {"framework": "tensorflow", "framework_version": tf.__version__,
-            "device_names": devices, "gpu_models": models,
+            "device_names": devices, "gpu_models": models, "gpus": ids,
             "cuda_version": build.get("cuda_version") if gpus else None,
             "nccl_version": build.get("nccl_version") if gpus else None,
             "keras_version": keras.__version__, "notes": notes or [], **extra}

@@ -9,6 +9,7 @@ import numpy as np
 from parbench.batches import eval_slice
 from parbench.job import Job
 from parbench.loop import run_worker
+from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
@@ -23,14 +24,15 @@ class SingleDevice:
         self.threads = runtime.setup_threads(job)
         self.strategy = tf.distribute.OneDeviceStrategy(runtime.configure_devices(0, 1)[0])
         # --- model: canonical weights, the shared SGD rule
-        self.spec = job.spec
+        self.spec, modes = job.spec, job.run_modes
+        runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
-            self.model = build_model(self.spec, load_weights(job.weights_path))
-            self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
+            self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
+            self.optimizer = runtime.sgd(self.model, job.optimizer_spec, modes.precision)
         self.devices = runtime.checked_replica_devices(self.strategy, self.model)
         runtime.reset_peak_memory(self.devices)
-        self.step = runtime.make_train_step(self.strategy, self.model, self.optimizer,
-                                            job.global_batch)
+        self.step = runtime.TrainStep(self.strategy, self.model, self.optimizer,
+                                      job.global_batch, modes)
         self.eval_step = runtime.make_eval_step(self.strategy, self.model)
         # --- data shard: the one process reads every row of each global batch
         self.rank, self.num_processes = 0, 1
@@ -40,7 +42,7 @@ class SingleDevice:
         return runtime.train_step(self.step, self.strategy, x, y, lr)
 
     # --- eval
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
@@ -57,6 +59,10 @@ class SingleDevice:
 
     def describe(self) -> dict:
         return runtime.describe(self.devices, **self.threads)
+
+    # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
+    def observed(self) -> Observed:
+        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches)
 
     # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
     def profiler(self) -> StepProfiler:
