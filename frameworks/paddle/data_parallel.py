@@ -15,10 +15,12 @@ import paddle
 import paddle.distributed as dist
 
 from parbench.job import Job
+from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
 from .model import build_model, export_weights, model_notes
+from .modes import ModelModes
 from .profile import StepProfiler
 
 
@@ -35,22 +37,27 @@ class DataParallelStrategy:
         self.device = runtime.use_device(distributed=True)
         runtime.reset_peak_memory([self.device])
         # --- model: every rank loads the same canonical weights; DataParallel also broadcasts
-        # rank 0's
+        # rank 0's. The run modes change the bare model first: DataParallel(to_static(model))
+        # works, to_static(DataParallel(model)) fails
         self.module = build_model(job.spec, load_weights(job.weights_path))
+        self.modes = job.run_modes
+        self.model_modes = ModelModes(self.module, self.modes, replicas=job.world_size)
         self.model = paddle.DataParallel(self.module)
         self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
-        self.notes = model_notes(job.spec) + ([] if self.grouped else [
+        self.step = runtime.TrainStep(self.model, self.optimizer, self.modes)
+        self.notes = model_notes(job.spec) + self.model_modes.notes + ([] if self.grouped else [
             "one process: Paddle sets up no process group, DataParallel passes through"])
         # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
         self.rank, self.num_processes = dist.get_rank(), job.world_size
 
-    # --- step: gradients are all-reduced (averaged) inside backward()
+    # --- step: gradients are all-reduced (averaged) inside backward(); with --grad-accum only
+    # in the last micro-batch's (DataParallel.no_sync for the others)
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        return runtime.train_step(self.model, self.optimizer, x, y, lr)
+        return self.step(x, y, lr)
 
     # --- eval: each rank scores its part of the test set, then the counts are summed
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
-        return runtime.evaluate(self.module, x, y)
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        return runtime.evaluate(self.module, x, y, self.modes)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         if not self.grouped:
@@ -72,9 +79,13 @@ class DataParallelStrategy:
         return runtime.describe([self.device], self.notes,
                                 process_group=dist.get_backend() if self.grouped else None)
 
+    # --- modes: what --precision, --compile, --sync-bn and --grad-accum did on the first step
+    def observed(self) -> Observed:
+        return self.model_modes.observed(self.step.micro_batches)
+
     # --- profile: --profile's steps, timed by phase; the all-reduce stays inside backward
     def profiler(self) -> StepProfiler:
-        return StepProfiler(self.model, self.optimizer, self.synchronize, self.grouped)
+        return StepProfiler(self.step, self.synchronize, self.grouped)
 
     # --- teardown
     def teardown(self) -> None:

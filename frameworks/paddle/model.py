@@ -41,16 +41,59 @@ class BatchNorm(nn.BatchNorm2D):
         out = F.batch_norm(x, running_mean, running_var, self.weight, self.bias, training=True,
                            momentum=self._momentum, epsilon=self._epsilon)
         with paddle.no_grad():
-            # The kernel left (1 - m) * old + m * biased in running_var. The spec's update,
-            # (1 - m) * old + m * c * biased with c = n / (n - 1), follows from it per channel:
-            # recomputing the variance from x instead cost 29% of a step (measured with
-            # --profile: subtract, sum and mean over every activation, 67 of 229 ms).
-            count = x.shape[0] * x.shape[2] * x.shape[3]
-            c = count / (count - 1)
             paddle.assign(running_mean, self._mean)  # the kernel's update is the spec's here
-            paddle.assign(c * running_var - (c - 1) * (1.0 - self.spec_momentum) * self._variance,
+            # recomputing the variance from x instead cost 29% of a step (measured with
+            # --profile: subtract, sum and mean over every activation, 67 of 229 ms)
+            paddle.assign(_unbiased(running_var, self._variance, _count(x), self.spec_momentum),
                           self._variance)
         return out
+
+
+class SyncBatchNorm(nn.SyncBatchNorm):
+    """``BatchNorm`` over the global batch: ``nn.SyncBatchNorm`` (GPU only: its kernel
+    all-reduces each channel's sum and sum of squares over the process group) in the spec's
+    convention.
+
+    Its kernel, too, updates the running variance with the *biased* variance, of the global
+    batch (``KeSyncAndMovingStats`` in Paddle's ``sync_batch_norm_utils.h``), so the variance is
+    re-derived as in ``BatchNorm``, with the global count: every replica holds as many rows.
+    Unlike ``batch_norm_grad``, ``sync_batch_norm_grad`` reads no running statistic (only the
+    saved batch mean and inverse deviation), so the kernel may update the layer's own statistics
+    in place and the variance is corrected after it.
+    """
+
+    def __init__(self, bn: BatchNorm, replicas: int):
+        super().__init__(bn._num_features, momentum=bn._momentum, epsilon=bn._epsilon)
+        # the same tensors, not copies: the optimizer and export_weights see one parameter
+        self.weight, self.bias = bn.weight, bn.bias
+        self._mean, self._variance = bn._mean, bn._variance
+        self.spec_momentum, self.replicas = bn.spec_momentum, replicas
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        if not self.training:
+            return super().forward(x)
+        old_var = self._variance.clone()
+        out = super().forward(x)
+        with paddle.no_grad():
+            paddle.assign(_unbiased(self._variance, old_var, _count(x) * self.replicas,
+                                    self.spec_momentum), self._variance)
+        return out
+
+
+def _count(x: paddle.Tensor) -> int:
+    """Values per channel that one BatchNorm call normalises over (N * H * W)."""
+    return x.shape[0] * x.shape[2] * x.shape[3]
+
+
+def _unbiased(kernel_var: paddle.Tensor, old_var: paddle.Tensor, count: int,
+              momentum: float) -> paddle.Tensor:
+    """The spec's running variance from the kernel's update of it.
+
+    The kernel left (1 - m) * old + m * biased. The spec's update, (1 - m) * old + m * c * biased
+    with c = count / (count - 1), follows from it per channel without touching the activations.
+    """
+    c = count / (count - 1)
+    return c * kernel_var - (c - 1) * (1.0 - momentum) * old_var
 
 
 class ConvNorm(nn.Layer):
@@ -104,6 +147,30 @@ class MLP(nn.Layer):
         for layer in self.hidden:
             x = F.relu(layer(x))
         return self.head(x)
+
+
+def first_layer(model: nn.Layer) -> nn.Layer:
+    """The layer whose output dtype shows the precision the model computes in: the stem
+    convolution of the resnet, the first Linear of the MLP."""
+    return next(layer for layer in model.sublayers() if isinstance(layer, (nn.Conv2D, nn.Linear)))
+
+
+def has_batchnorm(model: nn.Layer) -> bool:
+    return any(isinstance(layer, (BatchNorm, SyncBatchNorm)) for layer in model.sublayers())
+
+
+def convert_sync_batchnorm(model: nn.Layer, replicas: int) -> int:
+    """Replace every BatchNorm by a SyncBatchNorm over ``replicas`` processes, in place (before
+    the optimizer and DataParallel see the parameters); returns how many were replaced.
+
+    Not ``nn.SyncBatchNorm.convert_sync_batchnorm``: it would build plain SyncBatchNorm layers,
+    which update the running variance in Paddle's convention instead of the spec's.
+    """
+    holders = [layer for layer in model.sublayers()
+               if isinstance(layer, ConvNorm) and isinstance(layer.bn, BatchNorm)]
+    for holder in holders:
+        holder.bn = SyncBatchNorm(holder.bn, replicas)
+    return len(holders)
 
 
 def model_notes(spec: ModelSpec) -> list[str]:

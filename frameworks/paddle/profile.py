@@ -1,6 +1,7 @@
-"""--profile for Paddle (single, DataParallel under spawn or launch): runtime.train_step's
-statements with a synchronised clock between forward+loss, backward and the optimizer step,
-and paddle.profiler around the window.
+"""--profile for Paddle (single, DataParallel under spawn or launch): runtime.TrainStep's
+statements in fp32 with one micro-batch (config refuses --profile with any run mode), with a
+synchronised clock between forward+loss, backward and the optimizer step, and paddle.profiler
+around the window.
 
 Dygraph runs each statement to completion on the host (``synchronize`` waits for a GPU), so
 wall clocks between statements split the step exactly. Gradient communication cannot be
@@ -21,11 +22,11 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 import paddle.nn.functional as F
-from paddle import nn, profiler
+from paddle import profiler
 
 from parbench.profiling import TOP_OPS
 
-from .runtime import has_gpu
+from .runtime import TrainStep, has_gpu
 
 ONE_DEVICE = "one device: no gradient communication"
 ESTIMATE = (
@@ -36,14 +37,16 @@ ESTIMATE = (
 
 
 class StepProfiler:
-    """parbench.profiling.StepProfiler for a Paddle model (DataParallel or not) and optimizer."""
+    """parbench.profiling.StepProfiler for a strategy's TrainStep (its model, DataParallel or
+    not, and optimizer)."""
 
     tool = "paddle.profiler"
 
-    def __init__(self, model: nn.Layer, optimizer: paddle.optimizer.Optimizer,
-                 synchronize: Callable[[], None], communicates: bool = False):
-        self.model, self.optimizer, self.synchronize = model, optimizer, synchronize
-        size = sum(int(np.prod(p.shape)) for p in model.parameters() if p.trainable)
+    def __init__(self, train: TrainStep, synchronize: Callable[[], None],
+                 communicates: bool = False):
+        self.train, self.synchronize = train, synchronize
+        self.model, self.optimizer = train.model, train.optimizer
+        size = sum(int(np.prod(p.shape)) for p in self.model.parameters() if p.trainable)
         self.buffer = paddle.zeros([size], "float32") if communicates else None
         self.includes = {
             "forward": "inputs to tensors, forward pass, cross-entropy loss",
@@ -67,6 +70,7 @@ class StepProfiler:
         loss = F.cross_entropy(self.model(paddle.to_tensor(x)), paddle.to_tensor(y))
         forward = self._now()
         loss.backward()
+        self.train.count_first_step(1)  # when the profiled window starts at step 0
         backward = self._now()
         self.optimizer.step()
         self.optimizer.clear_grad()

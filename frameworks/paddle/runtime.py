@@ -4,6 +4,7 @@ and the facts a record needs (versions, devices, memory peaks)."""
 from __future__ import annotations
 
 import ctypes
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,14 @@ import paddle.distributed as dist
 import paddle.nn.functional as F
 from paddle import nn
 
+from parbench.devices import physical_gpu
 from parbench.job import Job
+from parbench.modes import Modes
 from parbench.optim import OptimizerSpec
 
 # The OpenMP runtime Paddle's CPU kernels (MKL, oneDNN) use; wheels without it report None.
 _IOMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
+AMP_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --precision -> auto_cast's dtype
 
 
 def setup_threads(job: Job) -> None:
@@ -59,24 +63,70 @@ def sgd(model: nn.Layer, spec: OptimizerSpec) -> paddle.optimizer.Momentum:
                                      parameters=trainable, weight_decay=spec.weight_decay)
 
 
-def train_step(model: nn.Layer, optimizer: paddle.optimizer.Momentum, x: np.ndarray,
-               y: np.ndarray, lr: float) -> float:
-    optimizer.set_lr(lr)  # the schedule is computed in common and fed per step
-    model.train()
-    loss = F.cross_entropy(model(paddle.to_tensor(x)), paddle.to_tensor(y))
-    loss.backward()
-    optimizer.step()
-    optimizer.clear_grad()
-    return float(loss)
+def precision(modes: Modes) -> AbstractContextManager:
+    """The autocast of --precision around forward and loss (nothing for fp32)."""
+    dtype = AMP_DTYPES.get(modes.precision)
+    return paddle.amp.auto_cast(level="O1", dtype=dtype) if dtype else nullcontext()
+
+
+class TrainStep:
+    """One optimizer step with --precision and --grad-accum, on ``model`` (a Layer or
+    paddle.DataParallel; with DataParallel gradients are all-reduced once per step)."""
+
+    def __init__(self, model: nn.Layer, optimizer: paddle.optimizer.Optimizer, modes: Modes):
+        self.model, self.optimizer, self.modes = model, optimizer, modes
+        # fp16's 5-bit exponent underflows small gradients; bf16 has float32's range
+        self.scaler = paddle.amp.GradScaler() if modes.precision == "fp16" else None
+        self.micro_batches = 0  # backward passes in the first step (0 before it)
+
+    def __call__(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        self.optimizer.set_lr(lr)  # the schedule is computed in common and fed per step
+        self.model.train()
+        k, loss = self.modes.grad_accum, 0.0
+        parts = list(zip(np.split(x, k), np.split(y, k)))  # contiguous micro-batches
+        for passes, (part_x, part_y) in enumerate(parts, start=1):
+            with self._hold_gradients(last=passes == k):
+                loss += self._backward(part_x, part_y, k)
+        self.count_first_step(len(parts))
+        self._apply()
+        return loss  # the mean over this process's rows
+
+    def count_first_step(self, passes: int) -> None:
+        """Record the backward passes of the first step (the profiler's step may be it)."""
+        self.micro_batches = self.micro_batches or passes
+
+    def _hold_gradients(self, last: bool) -> AbstractContextManager:
+        """DataParallel all-reduces in every backward unless told not to: only the last
+        micro-batch's backward communicates (the gradients summed over all of them)."""
+        if last or not isinstance(self.model, paddle.DataParallel):
+            return nullcontext()
+        return self.model.no_sync()
+
+    def _backward(self, x: np.ndarray, y: np.ndarray, k: int) -> float:
+        """Forward, loss / k, backward; returns the scaled loss (k of them sum to the mean)."""
+        with precision(self.modes):
+            loss = F.cross_entropy(self.model(paddle.to_tensor(x)), paddle.to_tensor(y)) / k
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        return float(loss)
+
+    def _apply(self) -> None:
+        if self.scaler:  # unscales, skips the step on inf/nan, adapts the scale
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.clear_grad()
 
 
 @paddle.no_grad()
-def evaluate(model: nn.Layer, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+def evaluate(model: nn.Layer, x: np.ndarray, y: np.ndarray,
+             modes: Modes) -> tuple[np.ndarray, float]:
+    """(predicted class of each row, loss sum), in the precision the model trains in."""
     model.eval()
-    logits = model(paddle.to_tensor(x))
-    labels = paddle.to_tensor(y)
-    loss_sum = float(F.cross_entropy(logits, labels, reduction="sum"))
-    return int((logits.argmax(1) == labels).sum()), loss_sum
+    with precision(modes):
+        logits = model(paddle.to_tensor(x))
+        loss_sum = float(F.cross_entropy(logits, paddle.to_tensor(y), reduction="sum"))
+    return logits.argmax(1).numpy(), loss_sum
 
 
 def synchronize(device: str) -> None:
@@ -100,7 +150,9 @@ def peak_device_mb(devices: list[str]) -> list[float] | None:
 def describe(devices: list[str], notes: list[str] | None = None, **extra) -> dict:
     gpu = devices[0].startswith("gpu")
     names = [paddle.device.cuda.get_device_name(d) if gpu else "cpu" for d in devices]
+    gpus = [physical_gpu(int(d.split(":")[1])) for d in devices if d.startswith("gpu")]
     return {"framework": "paddle", "framework_version": paddle.__version__,
-            "device_names": names, "cuda_version": paddle.version.cuda() if gpu else None,
+            "device_names": names, "gpus": gpus,
+            "cuda_version": paddle.version.cuda() if gpu else None,
             "nccl_version": str(paddle.version.nccl()) if gpu else None,
             "compute_threads": compute_threads(), "notes": notes or [], **extra}

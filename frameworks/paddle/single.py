@@ -6,10 +6,12 @@ import numpy as np
 
 from parbench.job import Job
 from parbench.loop import run_worker
+from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
 from .model import build_model, export_weights, model_notes
+from .modes import ModelModes
 from .profile import StepProfiler
 
 
@@ -19,20 +21,23 @@ class SingleDevice:
         runtime.setup_threads(job)
         self.device = runtime.use_device(distributed=False)
         runtime.reset_peak_memory([self.device])
-        # --- model: canonical weights, the shared SGD rule
+        # --- model: canonical weights, the run modes (--compile: to_static), the shared SGD rule
         self.model = build_model(job.spec, load_weights(job.weights_path))
+        self.modes = job.run_modes
+        self.model_modes = ModelModes(self.model, self.modes, replicas=1)
         self.optimizer = runtime.sgd(self.model, job.optimizer_spec)
-        self.notes = model_notes(job.spec)
+        self.step = runtime.TrainStep(self.model, self.optimizer, self.modes)
+        self.notes = model_notes(job.spec) + self.model_modes.notes
         # --- data shard: the one process reads every row of each global batch
         self.rank, self.num_processes = 0, 1
 
-    # --- step
+    # --- step: --grad-accum's micro-batches accumulate gradients before the one update
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        return runtime.train_step(self.model, self.optimizer, x, y, lr)
+        return self.step(x, y, lr)
 
     # --- eval
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
-        return runtime.evaluate(self.model, x, y)
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        return runtime.evaluate(self.model, x, y, self.modes)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return values
@@ -49,9 +54,13 @@ class SingleDevice:
     def describe(self) -> dict:
         return runtime.describe([self.device], self.notes)
 
+    # --- modes: what --precision, --compile and --grad-accum did on the first step
+    def observed(self) -> Observed:
+        return self.model_modes.observed(self.step.micro_batches)
+
     # --- profile: --profile's steps, timed by phase (see profile.py)
     def profiler(self) -> StepProfiler:
-        return StepProfiler(self.model, self.optimizer, self.synchronize)
+        return StepProfiler(self.step, self.synchronize)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:
