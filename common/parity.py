@@ -4,6 +4,8 @@
   running statistics after that one forward pass), for every model variant.
 * Trajectory: 10 steps of ``<framework>-single`` on the no-normalisation model -> loss curve and
   final weights, against ``torch-single``.
+* Compile (``parbench parity --compile``): the same 10 steps of each single backend, and of each
+  listed strategy on 2 devices, compiled (torch.compile, XLA, to_static) against eager.
 
 Every framework's ``frameworks/<name>/forward.py`` answers a forward request:
 ``python -m parbench.frameworks.<name>.forward REQUEST.json`` reads ``request.json``
@@ -144,6 +146,20 @@ def installed_frameworks() -> list[str]:
 
     return [fw for fw in FRAMEWORKS
             if BACKENDS[f"{SINGLE_PREFIX[fw]}-single"].missing_reason() is None]
+
+
+def run_compile_parity(frameworks: list[str], strategies: list[str],
+                       folder: Path) -> list[Comparison]:
+    """Each framework's single backend and each listed strategy (2 devices): the compiled
+    10-step trajectory against the eager one of the same backend."""
+    checks: list[Comparison] = []
+    cases = [(f"{SINGLE_PREFIX[fw]}-single", 1) for fw in frameworks] + \
+        [(backend, 2) for backend in strategies]
+    for backend, devices in cases:
+        eager = run_trajectory(backend, folder / "eager", devices=devices)
+        compiled = run_trajectory(backend, folder / "compiled", devices=devices, compile=True)
+        checks += compare_runs(f"{backend} x{devices} compiled vs eager", eager, compiled)
+    return checks
 
 
 def run_parity(frameworks: list[str], strategies: list[str], folder: Path) -> list[Comparison]:

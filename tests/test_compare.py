@@ -76,3 +76,16 @@ def test_parity_command_checks_strategies(tmp_path):
     assert len(rows) == 2 and all(line.rstrip(" |").endswith("ok") for line in rows)
     diffs = [float(line.split("|")[3]) for line in rows]
     assert all(0 <= d < 5e-5 for d in diffs)
+
+
+@pytest.mark.slow
+@needs("torch")
+def test_parity_compile_checks_the_compiled_trajectory_against_eager(tmp_path):
+    result = parbench("parity", "--compile", "--framework", "torch")
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if "compiled vs eager" in line]
+    assert [line.split("|")[1].strip() for line in rows] == [
+        "torch-single x1 compiled vs eager"] * 2
+    diffs = [float(line.split("|")[3]) for line in rows]
+    assert all(0 <= d < 1e-4 for d in diffs) and all(line.rstrip(" |").endswith("ok")
+                                                     for line in rows)

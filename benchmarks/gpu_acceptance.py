@@ -1,0 +1,136 @@
+"""What only GPUs can show, checked on a machine that has them (``gpu_acceptance.sh`` runs this).
+
+Every installed backend x {fp32, bf16, fp16} x {eager, compile} x {1, 2 devices} at a few steps,
+plus ``--sync-bn`` on the multi-process backends, each through ``parbench run`` like a user.
+A configuration parbench refuses (exit 2, one line) is listed with its reason, not failed,
+unless it is one the GPU must run (Paddle AMP, synchronized BatchNorm). For every run it checks:
+
+* the run is ok and ``metrics.compute_dtype`` is the precision's (Paddle AMP in effect);
+* ``--compile`` compiled at least one graph;
+* ``peak_device_mb`` is present, one value per device, each > 0;
+* the collectives ran on NCCL (torch/Paddle process group, TF cross-device ops);
+* each rank drove its own GPU (no two ranks on one device);
+* nn.DataParallel's device 0 holds more memory than device 1 (the loss and the optimizer
+  live there), so the imbalance the report shows is real.
+
+Exits 1 with the list of failed checks, 0 when all passed; without GPUs it says so and exits 0
+without running anything.
+
+    benchmarks/gpu_acceptance.sh [--steps 6] [--out DIR] [--backends torch-ddp ...]
+
+All 106 cases take about an hour on two GPUs (most of it process start-up and compilation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from itertools import product
+from pathlib import Path
+
+from parbench.backends import BACKENDS, Backend
+from parbench.devices import gpu_count
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+EXIT_USAGE = 2
+MUST_RUN_ON_GPU = ("--precision", "--sync-bn")  # refused on CPU only: a refusal here fails
+
+
+def configurations(gpus: int, names: list[str]) -> list[tuple[Backend, int, list[str]]]:
+    """(backend, devices, extra options) of every case this machine can hold, for the named
+    backends (default: every installed one)."""
+    cases = []
+    chosen = [BACKENDS[n] for n in names] if names else list(BACKENDS.values())
+    for backend in (b for b in chosen if b.missing_reason() is None):
+        counts = [n for n in (1, 2) if n <= gpus and (n == 1 or backend.parallel)]
+        for devices, precision, compiled in product(counts, PRECISIONS, (False, True)):
+            extra = ["--precision", precision] + (["--compile"] if compiled else [])
+            cases.append((backend, devices, extra))
+        if backend.parallel and not backend.one_process and gpus >= 2:
+            cases.append((backend, 2, ["--sync-bn"]))
+    return cases
+
+
+def run(backend: Backend, devices: int, extra: list[str], out: Path,
+        steps: int) -> tuple[int, str, dict | None]:
+    """(exit code, stderr, the record or None) of one ``parbench run``."""
+    folder = out / f"{backend.name}-n{devices}-{'-'.join(o.strip('-') for o in extra)}"
+    done = subprocess.run([sys.executable, "-m", "parbench.cli", "run", backend.name,
+                           "--devices", str(devices), "--steps", str(steps), "--global-batch",
+                           "64", "--out", str(folder), *extra],
+                          capture_output=True, text=True, timeout=1800)
+    records = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    record = json.loads(records[0].read_text()) if records else None
+    return done.returncode, done.stderr, record
+
+
+def problems(record: dict, extra: list[str]) -> list[str]:
+    """Every GPU-only fact the record gets wrong."""
+    if record["status"] != "ok":
+        return [f"{record['status']}: {(record['error'] or '').splitlines()[0]}"]
+    found, metrics, env = [], record["metrics"], record["env"]
+    expected = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    precision = record["modes"]["precision"]
+    if metrics["compute_dtype"] != expected[precision]:
+        found.append(f"computed in {metrics['compute_dtype']}, asked {precision}")
+    if "--compile" in extra and not metrics["compiled_graphs"]:
+        found.append("compiled no graph")
+    peaks, world = metrics["peak_device_mb"], record["world_size"]
+    if not peaks or len(peaks) != world or min(peaks) <= 0:
+        found.append(f"peak_device_mb {peaks} is not one positive value per device")
+    found += _collectives(record, env)
+    if record["backend"] == "torch-dp" and world > 1 and peaks and peaks[0] <= peaks[1]:
+        found.append(f"DataParallel device 0 holds no more memory than device 1: {peaks}")
+    return found
+
+
+def _collectives(record: dict, env: dict) -> list[str]:
+    if record["world_size"] < 2:
+        return []
+    used = " ".join(str(env.get(k)) for k in ("process_group", "cross_device_ops",
+                                              "communication"))
+    found = [] if "nccl" in used.lower() else [f"collectives not on NCCL ({used})"]
+    gpus = env.get("gpus") or []
+    if len(set(gpus)) != record["world_size"]:
+        found.append(f"{record['world_size']} devices on GPUs {gpus}: not one GPU each")
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--out", type=Path, help="keep the records here (default: a temp dir)")
+    parser.add_argument("--backends", nargs="*", default=[], choices=list(BACKENDS),
+                        metavar="BACKEND", help="only these backends (default: all installed)")
+    args = parser.parse_args()
+    gpus = gpu_count()
+    if not gpus:
+        print("gpu_acceptance: no NVIDIA GPU here; nothing was run (this check needs GPUs)")
+        return 0
+    if gpus < 2:
+        print(f"gpu_acceptance: {gpus} GPU: only the 1-device cases can run here")
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="parbench-gpu-") as tmp:
+        out = args.out or Path(tmp)
+        for backend, devices, extra in configurations(gpus, args.backends):
+            case = f"{backend.name} x{devices} {' '.join(extra)}"
+            code, stderr, record = run(backend, devices, extra, out, args.steps)
+            if code == EXIT_USAGE and record is None:
+                reason = stderr.strip().splitlines()[-1] if stderr.strip() else "?"
+                must = any(opt in reason for opt in MUST_RUN_ON_GPU)
+                print(f"{'FAIL' if must else 'refused'} {case}: {reason}")
+                failures += [f"{case}: refused on GPU: {reason}"] if must else []
+                continue
+            found = problems(record, extra) if record else [f"no record (exit {code})"]
+            print(f"{'FAIL' if found else 'ok'} {case}" + (f": {'; '.join(found)}"
+                                                         if found else ""))
+            failures += [f"{case}: {p}" for p in found]
+    print(f"\n{len(failures)} failed check(s)" + "".join(f"\n- {f}" for f in failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
