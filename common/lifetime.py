@@ -43,6 +43,17 @@ KILL_ROUNDS = 5  # a process forking while we kill can add a child; sweep until 
 REFRESH_S = 2.0
 
 
+def exit_finished() -> None:
+    """End a worker whose work is done and written, skipping interpreter finalization: there,
+    C++ objects of the collectives (gloo's worker threads) are destroyed after Python's own
+    teardown, and a torch-ddp rank was killed by SIGABRT there after finishing its run ('terminate
+    called without an active exception'; seen twice, rare; pytorch#179291 describes the same
+    crash), which failed a run whose results were complete."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, handled exactly like Ctrl-C; ``signum`` sets the exit code."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from parbench.backends import get_backend
 from parbench.exits import fork_watcher
 from parbench.job import Job, write_error
-from parbench.lifetime import die_with_parent
+from parbench.lifetime import die_with_parent, exit_finished
 
 # Set by the launchers that start this module once per rank and keep each rank's exit status
 # to themselves (torchrun, paddle.distributed.launch); the harness strips them from the
@@ -45,6 +45,7 @@ def run(job_path: str) -> None:
     except BaseException:
         write_error(job, f"process {os.getpid()}")
         raise
+    exit_finished()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import paddle.distributed as dist
 
 from parbench.exits import watch_spawned
 from parbench.job import Job
-from parbench.lifetime import die_with_parent
+from parbench.lifetime import die_with_parent, exit_finished
 from parbench.loop import run_worker
 
 from .data_parallel import DataParallelStrategy
@@ -21,6 +21,7 @@ def _train(job: Job) -> None:
     strategy = DataParallelStrategy(job)
     run_worker(job, strategy)
     strategy.teardown()
+    exit_finished()  # a finished rank must not die in interpreter finalization
 
 
 def main(job: Job) -> None:

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from parbench.exits import watch_spawned
 from parbench.job import Job
-from parbench.lifetime import die_with_parent
+from parbench.lifetime import die_with_parent, exit_finished
 from parbench.loop import run_worker
 from parbench.modes import Observed
 from parbench.weights import load_weights
@@ -111,6 +111,7 @@ def _train(rank: int, job: Job, init_method: str) -> None:
 def _spawned(rank: int, job: Job, init_method: str) -> None:
     die_with_parent()  # mp.spawn's children would outlive a killed parent
     _train(rank, job, init_method)
+    exit_finished()  # a finished rank must not die in interpreter finalization
 
 
 def main(job: Job) -> None:
