@@ -4,9 +4,12 @@
    effective batch), with and without linear lr scaling: throughput and final accuracy;
 2. BatchNorm statistics per replica vs one device: the loss-curve gap between 1 and N devices
    with and without BatchNorm (without it the runs are the same computation);
-3. DataParallel vs DDP: what a CPU can show.
+3. DataParallel vs DDP: what a CPU can show;
+4. modes (--sections modes): what bf16, fp16 and compilation change per framework (speed,
+   first-step time, accuracy), and how --sync-bn and --grad-accum make 2 devices train like 1.
 
     python benchmarks/claims.py [--repeats 3] [--out results/claims/runs] > results/claims/claims.md
+    python benchmarks/claims.py --sections modes --repeats 2 > results/claims/modes.md
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from tabulate import tabulate
 
 from parbench.config import RunConfig
 from parbench.harness import prepare, run_once
+from parbench.modes import modes_of
 from parbench.results import write_record
 
 
@@ -87,11 +91,103 @@ def dataparallel_claims(out: Path, repeats: int) -> str:
                     tablefmt="github", floatfmt=".4g")
 
 
+# Each framework's single backend in each mode it can run on CPU (Paddle AMP is GPU-only).
+MODE_CASES = (("torch-single", {}), ("torch-single", {"precision": "bf16"}),
+              ("torch-single", {"precision": "fp16"}), ("torch-single", {"compile": True}),
+              ("tf-single", {}), ("tf-single", {"precision": "bf16"}),
+              ("tf-single", {"precision": "fp16"}), ("tf-single", {"compile": True}),
+              ("paddle-single", {}), ("paddle-single", {"compile": True}))
+
+
+def round_robin(out: Path, repeats: int, cases: list[dict]) -> list[list[dict]]:
+    """Every case's records, the cases alternated (A B A B) so a drift in the machine's speed
+    spreads over all of them instead of landing on one."""
+    with tempfile.TemporaryDirectory() as shared:
+        prepared = [prepare(RunConfig(out=str(out), **case), Path(shared) / str(i))
+                    for i, case in enumerate(cases)]
+        records: list[list[dict]] = [[] for _ in cases]
+        for repeat in range(repeats):
+            for i, configuration in enumerate(prepared):
+                record = run_once(configuration, repeat)
+                write_record(out, record)
+                if record["status"] != "ok":
+                    sys.exit(f"{cases[i]}: {record['status']}\n{record['error']}")
+                records[i].append(record)
+    return records
+
+
+def precision_compile_claims(out: Path, repeats: int) -> str:
+    cases = [{"backend": backend, **modes} for backend, modes in MODE_CASES]
+    rows = []
+    for case, runs in zip(cases, round_robin(out, repeats, cases)):
+        metrics = runs[0]["metrics"]
+        rows.append([case["backend"], modes_of(runs[0]).label, metrics["compute_dtype"],
+                     metrics["compiled_graphs"] or "-", median(runs, lambda m: m["throughput"]),
+                     median(runs, lambda m: m["step_time_ms"]["median"]),
+                     median(runs, lambda m: m["first_step_s"]),
+                     median(runs, lambda m: m["final_accuracy"]),
+                     median(runs, lambda m: m["final_loss"])])
+    return tabulate(rows, headers=("backend (resnet, 2 epochs)", "mode", "computed in",
+                                   "graphs", "samples/s", "step ms", "first step s",
+                                   "accuracy", "loss"), tablefmt="github", floatfmt=".4g")
+
+
+def loss_gap(a: dict, b: dict) -> float:
+    return float(np.abs(np.subtract(a["metrics"]["loss_curve"],
+                                    b["metrics"]["loss_curve"])).max())
+
+
+def sync_bn_claims(out: Path) -> str:
+    """tf-mirrored and tf-multiworker on 2 devices against tf-single, BatchNorm resnet, with
+    and without --sync-bn (the only framework whose synchronized BatchNorm runs on CPU)."""
+    budget = {"model": "resnet", "steps": 10, "global_batch": 64}
+    single = measure(out, 1, backend="tf-single", **budget)[0]
+    rows = []
+    for backend in ("tf-mirrored", "tf-multiworker"):
+        for sync in (False, True):
+            run = measure(out, 1, backend=backend, devices=2, sync_bn=sync, **budget)[0]
+            rows.append([backend, "yes" if sync else "no", run["metrics"]["sync_bn_layers"],
+                         loss_gap(single, run)])
+    return tabulate(rows, headers=("2 devices vs tf-single (resnet, 10 steps, batch 64)",
+                                   "--sync-bn", "synchronized layers", "max loss-curve gap"),
+                    tablefmt="github", floatfmt=".3g")
+
+
+ACCUMULATION = (("torch-single", "torch-ddp"), ("tf-single", "tf-mirrored"),
+                ("paddle-single", "paddle-spawn"))
+
+
+def grad_accum_claims(out: Path) -> str:
+    """1 device with --grad-accum 2 against 2 devices without, per framework: the no-norm
+    model (the same computation) and the BatchNorm one (micro-batches normalise like shards)."""
+    rows = []
+    for model in ("resnet-nonorm", "resnet"):
+        budget = {"model": model, "dataset": "digits", "steps": 10, "global_batch": 32,
+                  "schedule": "constant", "lr": 0.02}
+        for single, parallel in ACCUMULATION:
+            two = measure(out, 1, backend=parallel, devices=2, **budget)[0]
+            plain = measure(out, 1, backend=single, **budget)[0]
+            accumulated = measure(out, 1, backend=single, grad_accum=2, **budget)[0]
+            rows.append([model, f"{single} vs {parallel} x2", loss_gap(plain, two),
+                         loss_gap(accumulated, two)])
+    return tabulate(rows, headers=("model (digits, 10 steps, batch 32)", "compared",
+                                   "max loss gap, 1 device", "max loss gap, 1 device accum 2"),
+                    tablefmt="github", floatfmt=".3g")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("results/claims/runs"))
+    parser.add_argument("--sections", choices=("batch", "modes"), default="batch",
+                        help="batch: sections 1-3 (torch); modes: section 4 (all frameworks)")
     args = parser.parse_args()
+    if args.sections == "modes":
+        print("## Precision and compilation\n\n" + precision_compile_claims(args.out,
+                                                                           args.repeats))
+        print("\n## Synchronized BatchNorm\n\n" + sync_bn_claims(args.out))
+        print("\n## Gradient accumulation\n\n" + grad_accum_claims(args.out))
+        return
     print("## Batch size and device count\n\n" + batch_claims(args.out, args.repeats))
     print("\n## BatchNorm statistics per replica\n\n" + batchnorm_claims(args.out))
     print("\n## DataParallel vs DistributedDataParallel on CPU\n\n"
