@@ -27,6 +27,36 @@ def parbench(*args: str, env: dict | None = None, timeout: float = 600,
                           capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
 
 
+def run_ok(folder: Path, backend: str, *args: str) -> dict:
+    """``parbench run BACKEND ARGS`` into ``folder/out``; its one record, which must be ok."""
+    out = Path(folder) / "out"
+    done = parbench("run", backend, *args, "--out", str(out), cwd=folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,) = records_in(out)
+    assert record["status"] == "ok", record["error"]
+    return record
+
+
+def run_digits(folder: Path, backend: str, *args: str, steps: int = 6) -> dict:
+    """A short ok run on the small digits set (global batch 32): what mode tests train."""
+    return run_ok(folder, backend, "--dataset", "digits", "--steps", str(steps),
+                  "--global-batch", "32", *args)
+
+
+def assert_scores_follow_predictions(metrics: dict, labels: np.ndarray) -> None:
+    """The record's confusion matrix holds every test row once, under its true class; the
+    accuracy and the macro scores are the ones it gives; and the model predicts more than
+    one class (a vacuous matrix would pass the rest)."""
+    from parbench.classification import macro_scores
+
+    confusion = np.array(metrics["confusion_matrix"])
+    assert confusion.sum(axis=1).tolist() == np.bincount(labels, minlength=len(confusion)).tolist()
+    assert np.trace(confusion) / confusion.sum() == pytest.approx(metrics["final_accuracy"])
+    assert {k: metrics[k] for k in ("precision_macro", "recall_macro", "f1_macro")} == (
+        pytest.approx(macro_scores(confusion)))
+    assert len(np.flatnonzero(confusion.sum(axis=0))) > 1
+
+
 def default_threads(processes: int) -> int:
     """The threads per worker a run gets without --threads: the cores this process may use
     (its affinity, not the machine's core count) shared among the run's processes."""

@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import needs, parbench, records_in
-from parbench.classification import macro_scores
+from conftest import assert_scores_follow_predictions, needs, parbench, records_in, run_digits
 from parbench.data import load_dataset
 from parbench.devices import gpu_count
 from parbench.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
@@ -34,37 +33,20 @@ def needs_gpus(count: int):
                               "kernel on CPU")
 
 
-def run(tmp_path, backend: str, *args: str, steps: int = 6) -> dict:
-    out = tmp_path / "out"
-    done = parbench("run", backend, "--dataset", DATASET, "--steps", str(steps),
-                    "--global-batch", "32", *args, "--out", str(out), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = records_in(out)
-    assert record["status"] == "ok", record["error"]
-    return record
-
-
 @pytest.fixture(scope="module")
 def eager_single(tmp_path_factory):
     return run_trajectory("paddle-single", tmp_path_factory.mktemp("eager"), dataset=DATASET)
 
 
 def test_plain_run_observes_float32_and_scores_its_predictions(tmp_path):
-    record = run(tmp_path, "paddle-single")  # resnet with BatchNorm
+    record = run_digits(tmp_path, "paddle-single")  # resnet with BatchNorm
     metrics = record["metrics"]
     assert record["modes"] == {"precision": "fp32", "compile": False, "sync_bn": False,
                                "grad_accum": 1}
     assert metrics["compute_dtype"] == "float32"
     assert metrics["compiled_graphs"] is None and metrics["sync_bn_layers"] == 0
     assert metrics["micro_batches"] == 1
-    confusion = np.array(metrics["confusion_matrix"])
-    # every test row once, under its true class: the predictions are per row, in order
-    labels = load_dataset(DATASET).y_test
-    assert confusion.sum(axis=1).tolist() == np.bincount(labels, minlength=10).tolist()
-    assert np.trace(confusion) / confusion.sum() == pytest.approx(metrics["final_accuracy"])
-    assert {k: metrics[k] for k in ("precision_macro", "recall_macro", "f1_macro")} == (
-        pytest.approx(macro_scores(confusion)))
-    assert len(set(np.flatnonzero(confusion.sum(axis=0)))) > 1  # not one class for everything
+    assert_scores_follow_predictions(metrics, load_dataset(DATASET).y_test)
 
 
 def test_compiled_trajectory_equals_eager(tmp_path, eager_single):
@@ -170,7 +152,7 @@ def test_cpu_refuses_amp_and_sync_batchnorm(tmp_path, backend, args, reason):
 @pytest.mark.parametrize("precision,dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
 @pytest.mark.parametrize("compile", [False, True])
 def test_amp_computes_in_the_low_precision_on_gpu(tmp_path, precision, dtype, compile):
-    record = run(tmp_path, "paddle-single", "--precision", precision,
+    record = run_digits(tmp_path, "paddle-single", "--precision", precision,
                  *(["--compile"] if compile else []), steps=10)
     assert record["metrics"]["compute_dtype"] == dtype
     curve = record["metrics"]["loss_curve"]

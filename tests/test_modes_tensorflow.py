@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs, parbench, records_in
-from parbench.classification import macro_scores
+from conftest import assert_scores_follow_predictions, needs, parbench, records_in, run_ok
 from parbench.data import load_dataset
 from parbench.parity import STRATEGY_TOLERANCE, compare_runs
 from parbench.weights import load_weights
@@ -88,11 +87,8 @@ def curve_gap(runs: dict, name: str, reference: str) -> float:
 
 
 def test_bf16_run_computes_in_bfloat16_and_scores_every_row(tmp_path):
-    out = tmp_path / "out"
-    done = parbench("run", "tf-single", "--precision", "bf16", "--steps", "6", "--dataset",
-                    DATASET, "--global-batch", "32", "--out", str(out), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = records_in(out)
+    record = run_ok(tmp_path, "tf-single", "--precision", "bf16", "--steps", "6", "--dataset",
+                    DATASET, "--global-batch", "32")
     metrics = record["metrics"]
     assert record["modes"] == {"precision": "bf16", "compile": False, "sync_bn": False,
                                "grad_accum": 1}
@@ -100,12 +96,7 @@ def test_bf16_run_computes_in_bfloat16_and_scores_every_row(tmp_path):
     assert metrics["compiled_graphs"] is None and metrics["micro_batches"] == 1
     assert np.isfinite(metrics["loss_curve"]).all()
     # one prediction per test row: every row counted once, under its true class
-    confusion = np.array(metrics["confusion_matrix"])
-    labels = load_dataset(DATASET).y_test
-    assert confusion.sum(axis=1).tolist() == np.bincount(labels, minlength=10).tolist()
-    assert np.trace(confusion) / confusion.sum() == pytest.approx(metrics["final_accuracy"])
-    assert {k: metrics[k] for k in ("precision_macro", "recall_macro", "f1_macro")} == (
-        pytest.approx(macro_scores(confusion)))
+    assert_scores_follow_predictions(metrics, load_dataset(DATASET).y_test)
 
 
 @pytest.mark.parametrize("backend,option", [("tf-mirrored-keras", ["--grad-accum", "2"]),

@@ -10,11 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from conftest import needs, parbench, records_in
-from parbench.classification import macro_scores
+from conftest import assert_scores_follow_predictions, needs, parbench, run_digits
 from parbench.data import load_dataset
 from parbench.devices import gpu_count
 from parbench.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
@@ -33,16 +31,6 @@ TWO_GPUS = pytest.mark.skipif(gpu_count() < 2, reason="needs 2 GPUs and a CUDA b
                               "on CPU")
 
 
-def run(tmp_path, backend: str, *args: str, steps: int = 6) -> dict:
-    out = tmp_path / "out"
-    done = parbench("run", backend, "--dataset", DATASET, "--steps", str(steps),
-                    "--global-batch", "32", *args, "--out", str(out))
-    assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = records_in(out)
-    assert record["status"] == "ok", record["error"]
-    return record
-
-
 @pytest.fixture(scope="module")
 def ddp_eager(tmp_path_factory):
     return run_trajectory("torch-ddp", tmp_path_factory.mktemp("ddp"), devices=2)
@@ -52,7 +40,7 @@ def ddp_eager(tmp_path_factory):
                                              ("fp16", "float16")])
 def test_precision_is_the_dtype_the_first_layer_computed_in(tmp_path, precision, dtype):
     # the plain run passes no option: fp32 is the default, and still observed, not assumed
-    record = run(tmp_path, "torch-single",
+    record = run_digits(tmp_path, "torch-single",
                  *(("--precision", precision) if precision != "fp32" else ()))
     metrics = record["metrics"]
     assert record["modes"] == {"precision": precision, "compile": False, "sync_bn": False,
@@ -94,25 +82,19 @@ def test_one_device_accumulating_two_micro_batches_follows_two_devices(tmp_path,
 
 
 def test_ddp_accumulates_micro_batches_and_scores_each_row(tmp_path):
-    record = run(tmp_path, "torch-ddp", "--devices", "2", "--launcher", "spawn",
+    record = run_digits(tmp_path, "torch-ddp", "--devices", "2", "--launcher", "spawn",
                  "--grad-accum", "2", steps=8)
     metrics = record["metrics"]
     assert record["modes"]["grad_accum"] == 2 and record["per_device_batch"] == 16
     assert metrics["micro_batches"] == 2
     # the evaluation: every test row once, under its true class, summed over both ranks' halves
-    confusion = np.array(metrics["confusion_matrix"])
-    labels = load_dataset(DATASET).y_test
-    assert confusion.sum(axis=1).tolist() == np.bincount(labels, minlength=10).tolist()
-    assert np.trace(confusion) / confusion.sum() == pytest.approx(metrics["final_accuracy"])
-    assert {k: metrics[k] for k in ("precision_macro", "recall_macro", "f1_macro")} == (
-        pytest.approx(macro_scores(confusion)))
-    assert len(np.flatnonzero(confusion.sum(axis=0))) > 1  # not one class for everything
+    assert_scores_follow_predictions(metrics, load_dataset(DATASET).y_test)
 
 
 def test_dataparallel_autocast_reaches_the_replicated_forward(tmp_path):
     # On CPU DataParallel calls the module directly: this shows the wrapper and the probe are
     # in place; the next test shows what the wrapper does in DataParallel's replica threads.
-    record = run(tmp_path, "torch-dp", "--devices", "1", "--precision", "bf16",
+    record = run_digits(tmp_path, "torch-dp", "--devices", "1", "--precision", "bf16",
                  "--grad-accum", "2", steps=4)
     metrics = record["metrics"]
     assert metrics["compute_dtype"] == "bfloat16" and metrics["micro_batches"] == 2
