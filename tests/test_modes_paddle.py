@@ -153,7 +153,7 @@ def test_cpu_refuses_amp_and_sync_batchnorm(tmp_path, backend, args, reason):
 @pytest.mark.parametrize("compile", [False, True])
 def test_amp_computes_in_the_low_precision_on_gpu(tmp_path, precision, dtype, compile):
     record = run_digits(tmp_path, "paddle-single", "--precision", precision,
-                 *(["--compile"] if compile else []), steps=10)
+                        *(["--compile"] if compile else []), steps=10)
     assert record["metrics"]["compute_dtype"] == dtype
     curve = record["metrics"]["loss_curve"]
     assert all(np.isfinite(curve)) and min(curve[5:]) < curve[0]
