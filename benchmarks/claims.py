@@ -15,24 +15,44 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 from tabulate import tabulate
 
 from parbench.config import RunConfig
-from parbench.harness import prepare, run_once
+from parbench.devices import cpu_count
+from parbench.harness import Prepared, prepare, run_once
 from parbench.modes import modes_of
 from parbench.results import write_record
+
+
+SETTLE_LIMIT_S = 120
+
+
+def settle() -> None:
+    """Wait (at most SETTLE_LIMIT_S) until the 1-minute load average is below the cores runs
+    may use: it still holds the previous run for a minute, and a record that starts above it
+    reads as measured on a busy machine even when nothing else ran (``env.other_cpu_s``)."""
+    deadline = time.monotonic() + SETTLE_LIMIT_S
+    while os.getloadavg()[0] >= cpu_count() and time.monotonic() < deadline:
+        time.sleep(2)
+
+
+def settled_run(prepared: Prepared, repeat: int) -> dict:
+    settle()
+    return run_once(prepared, repeat)
 
 
 def measure(out: Path, repeats: int, **settings) -> list[dict]:
     cfg = RunConfig(out=str(out), **settings)
     with tempfile.TemporaryDirectory() as shared:
         prepared = prepare(cfg, Path(shared))
-        records = [run_once(prepared, r) for r in range(repeats)]
+        records = [settled_run(prepared, r) for r in range(repeats)]
     for record in records:
         write_record(out, record)
         if record["status"] != "ok":
@@ -108,7 +128,7 @@ def round_robin(out: Path, repeats: int, cases: list[dict]) -> list[list[dict]]:
         records: list[list[dict]] = [[] for _ in cases]
         for repeat in range(repeats):
             for i, configuration in enumerate(prepared):
-                record = run_once(configuration, repeat)
+                record = settled_run(configuration, repeat)
                 write_record(out, record)
                 if record["status"] != "ok":
                     sys.exit(f"{cases[i]}: {record['status']}\n{record['error']}")
