@@ -33,8 +33,8 @@ from pathlib import Path
 
 from parbench.backends import BACKENDS, Backend
 from parbench.devices import gpu_count
+from parbench.modes import COMPUTE_DTYPES, PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 EXIT_USAGE = 2
 MUST_RUN_ON_GPU = ("--precision", "--sync-bn")  # refused on CPU only: a refusal here fails
 
@@ -72,9 +72,8 @@ def problems(record: dict, extra: list[str]) -> list[str]:
     if record["status"] != "ok":
         return [f"{record['status']}: {(record['error'] or '').splitlines()[0]}"]
     found, metrics, env = [], record["metrics"], record["env"]
-    expected = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
     precision = record["modes"]["precision"]
-    if metrics["compute_dtype"] != expected[precision]:
+    if metrics["compute_dtype"] != COMPUTE_DTYPES[precision]:
         found.append(f"computed in {metrics['compute_dtype']}, asked {precision}")
     if "--compile" in extra and not metrics["compiled_graphs"]:
         found.append("compiled no graph")

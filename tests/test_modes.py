@@ -17,12 +17,9 @@ import pytest
 from conftest import parbench
 from parbench.classification import confusion_matrix, macro_scores
 from parbench.devices import gpu_count
-from parbench.modes import Modes, Observed, check_observed
+from parbench.modes import COMPUTE_DTYPES, Modes, Observed, check_observed
 from parbench.results import check_record
 from test_report import by_row, markdown_tables, record
-
-PNG_IN_HTML = "data:image/png;base64,"
-
 
 @pytest.mark.parametrize("args,message", [
     (("paddle-single", "--precision", "bf16"),
@@ -97,8 +94,7 @@ def v3(base: dict, modes: Modes = Modes(), confusion: list[list[int]] | None = N
         counts = np.asarray(confusion or [[5, 0], [0, 5]])
         rec["metrics"] = {**rec["metrics"], **macro_scores(counts),
                           "confusion_matrix": counts.tolist(),
-                          "compute_dtype": {"fp32": "float32", "bf16": "bfloat16",
-                                            "fp16": "float16"}[modes.precision],
+                          "compute_dtype": COMPUTE_DTYPES[modes.precision],
                           "compiled_graphs": 2 if modes.compile else None,
                           "sync_bn_layers": 0, "micro_batches": modes.grad_accum}
     assert check_record(rec) == [], check_record(rec)

@@ -149,3 +149,21 @@ def test_profile_is_refused_where_it_cannot_mean_anything(command: tuple[str, st
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "--profile" in done.stderr
     assert not any((tmp_path / "out").glob("*.json"))
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("torch-single", marks=needs("torch")),
+    pytest.param("tf-single", marks=[needs("tensorflow"), pytest.mark.slow]),
+    pytest.param("paddle-single", marks=[needs("paddle"), pytest.mark.slow]),
+])
+def test_a_profiled_first_step_still_reports_what_the_step_computed(tmp_path, backend):
+    """With --steps 1 the profiler takes step 0, the step the run-mode check reads: the
+    profiled step must report its dtype and micro-batches like the plain one (it did not in
+    torch, and the run failed)."""
+    out = tmp_path / "out"
+    done = parbench("run", backend, "--profile", "--steps", "1", "--dataset", "digits",
+                    "--global-batch", "32", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = [p for p in out.glob("*.json") if not p.name.endswith(SUFFIX)]
+    metrics = json.loads(path.read_text())["metrics"]
+    assert (metrics["compute_dtype"], metrics["micro_batches"]) == ("float32", 1)

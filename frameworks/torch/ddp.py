@@ -95,7 +95,7 @@ class DistributedDataParallelStrategy:
 
     # --- profile: --profile's steps, timed by phase; a comm hook times each bucket's all-reduce
     def profiler(self) -> StepProfiler:
-        return StepProfiler(self.model, self.optimizer, self.device, self.synchronize)
+        return StepProfiler(self.step, self.synchronize)
 
     # --- teardown
     def teardown(self) -> None:

@@ -93,7 +93,7 @@ class DataParallelStrategy:
 
     # --- profile: --profile's steps, timed by phase; DataParallel's transfers stay inside them
     def profiler(self) -> StepProfiler:
-        return StepProfiler(self.model, self.optimizer, self.devices[0], self.synchronize,
+        return StepProfiler(self.step, self.synchronize,
                             DATA_PARALLEL if len(self.devices) > 1 else ONE_DEVICE)
 
     # --- teardown: nothing to release

@@ -17,12 +17,13 @@ from collections.abc import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity
 
 from parbench.profiling import TOP_OPS
+
+from .runtime import Step
 
 ONE_DEVICE = "one device: no gradient communication"
 DATA_PARALLEL = ("not isolated: nn.DataParallel scatters inputs and replicates the module "
@@ -55,14 +56,15 @@ class StepProfiler:
 
     tool = "torch.profiler"
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
-                 synchronize: Callable[[], None], communication: str = ONE_DEVICE):
-        self.model, self.optimizer, self.device = model, optimizer, device
+    def __init__(self, train: Step, synchronize: Callable[[], None],
+                 communication: str = ONE_DEVICE):
+        self.train = train  # the strategy's step: its model, optimizer and device
+        self.model, self.optimizer, self.device = train.model, train.optimizer, train.device
         self.synchronize = synchronize
         self.spans: list[tuple[float, float]] | None = None  # a list only in profiled steps
-        self.ddp = isinstance(model, DDP)
+        self.ddp = isinstance(self.model, DDP)
         if self.ddp:  # a hook is registered once, before the first step, and stays
-            model.register_comm_hook(None, self._timed_allreduce)
+            self.model.register_comm_hook(None, self._timed_allreduce)
         self.includes = {
             "forward": "inputs to the device, forward pass, cross-entropy loss",
             "backward": "zero_grad and loss.backward()" + (
@@ -106,6 +108,7 @@ class StepProfiler:
         backward = self._now()
         self.optimizer.step()
         end = self._now()
+        self.train.record_first(1)  # when the profiled window starts at step 0
         spans, self.spans = self.spans, None
         return loss.item(), {"forward": forward - start, "backward": backward - forward,
                              "optimizer": end - backward,

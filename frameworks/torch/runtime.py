@@ -113,9 +113,13 @@ class Step:
             total += loss.detach()
         self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
         self.scaler.update()
-        if self.first is None:
-            self.first = (dtype_name(self.probe.dtype), len(micro))
+        self.record_first(len(micro))
         return total.item()
+
+    def record_first(self, micro_batches: int) -> None:
+        """Keep step 0's compute dtype and micro-batch count (the profiler may take step 0)."""
+        if self.first is None:
+            self.first = (dtype_name(self.probe.dtype), micro_batches)
 
     def observed(self) -> Observed:
         """What the modes did: valid once the first step ran."""

@@ -61,7 +61,7 @@ class SingleDevice:
 
     # --- profile: --profile's steps, timed by phase (see profile.py)
     def profiler(self) -> StepProfiler:
-        return StepProfiler(self.model, self.optimizer, self.device, self.synchronize)
+        return StepProfiler(self.step, self.synchronize)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:
