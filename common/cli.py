@@ -20,7 +20,7 @@ from .files import write_atomic
 from .html_report import write_report
 from .lifetime import (Terminated, become_subreaper, handle_termination, private_tempdir,
                        remove_stale_tempdirs)
-from .modes import PRECISIONS
+from .modes import INPUTS, PRECISIONS
 from .profiling import DOCUMENT_KEY
 from .report import render
 from .results import check_folder, probe_file, probe_folder, save_record
@@ -76,6 +76,15 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     add("--grad-accum", type=int, metavar="K",
         help="K micro-batches per optimizer step, same global batch, gradients communicated "
         "once per step (1)")
+    add("--input", choices=INPUTS,
+        help="arrays (default): parbench slices the contract's shards; native: each "
+        "framework's own loader and sharding (DataLoader + DistributedSampler, tf.data, "
+        "DistributedBatchSampler); the record shows which samples each device trained on")
+    add("--loader-workers", type=int, metavar="N",
+        help="--input native: the loader's worker processes, torch and Paddle (0)")
+    add("--train-subset", type=int, metavar="N",
+        help="train on the first N training samples (an uneven size shows how each loader "
+        "handles a tail)")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

@@ -15,7 +15,7 @@ from .backends import BACKENDS, Backend
 from .data import DATASET_NAMES, NEEDS_DATA_DIR
 from .devices import cpu_count, gpu_count
 from .netns import private_network_unavailable
-from .modes import PRECISIONS, Modes, refusal
+from .modes import INPUTS, PRECISIONS, Modes, refusal
 from .optim import SCHEDULES, OptimizerSpec, scaled_lr
 from .spec import MODEL_NAMES, build_spec
 
@@ -70,6 +70,9 @@ class RunConfig:
     compile: bool = False  # torch.compile, TF XLA, Paddle to_static
     sync_bn: bool = False  # BatchNorm statistics over the global batch
     grad_accum: int = 1  # micro-batches per optimizer step
+    input: str = "arrays"  # arrays | native (see parbench.feeds)
+    loader_workers: int = 0  # --input native: the loader's worker processes
+    train_subset: int | None = None  # train on the first N training samples
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,8 @@ class Plan:
     global_batch: int
     per_device_batch: int
     batch_mode: str  # global | per-device: which of the two the user fixed
-    total_steps: int
+    total_steps: int  # the contract's; --epochs with a native loader counts the loader's
+    epochs: int | None  # None when --steps fixed the length
     threads: int
     optimizer: OptimizerSpec
     isolate_network: bool  # resolved: the launcher starts in a namespace with only loopback
@@ -159,7 +163,8 @@ def _check_choices(cfg: RunConfig) -> None:
                                    (cfg.lr_scaling, ("none", "linear"), "--lr-scaling"),
                                    (cfg.isolate_network, ISOLATION_CHOICES,
                                     "--isolate-network"),
-                                   (cfg.precision, PRECISIONS, "--precision")):
+                                   (cfg.precision, PRECISIONS, "--precision"),
+                                   (cfg.input, INPUTS, "--input")):
         if value not in choices:
             raise UsageError(f"{option} {value!r} is not one of {', '.join(choices)}")
     if cfg.dataset in NEEDS_DATA_DIR and cfg.data_dir is None:
@@ -172,6 +177,8 @@ def _check_choices(cfg: RunConfig) -> None:
             raise UsageError(f"{option} must be positive, got {value}")
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
+    if cfg.train_subset is not None and cfg.train_subset < 1:
+        raise UsageError(f"--train-subset must be positive, got {cfg.train_subset}")
 
 
 def _isolation(choice: str) -> bool:
@@ -207,22 +214,23 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     threads = cfg.threads if cfg.threads is not None else max(1, cpu_count() // processes)
     if threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}")
-    steps = cfg.steps
+    steps, epochs = cfg.steps, None if cfg.steps is not None else (cfg.epochs or 2)
+    if train_size is not None and train_size < global_batch:
+        raise UsageError(f"global batch {global_batch} exceeds the {train_size} training "
+                         "samples")
     if steps is None and train_size is not None:
-        if train_size < global_batch:
-            raise UsageError(f"global batch {global_batch} exceeds the {train_size} training "
-                             "samples")
-        steps = (cfg.epochs or 2) * (train_size // global_batch)
+        steps = epochs * (train_size // global_batch)
     if steps is not None and steps < 1:
         raise UsageError(f"--steps/--epochs must give at least 1 step, got {steps}")
     optimizer = OptimizerSpec(scaled_lr(cfg.lr, global_batch, cfg.lr_scaling), cfg.momentum,
                               cfg.weight_decay, cfg.schedule, cfg.warmup_steps)
-    return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, threads,
-                optimizer, _isolation(cfg.isolate_network), cfg.profile, modes)
+    return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, epochs,
+                threads, optimizer, _isolation(cfg.isolate_network), cfg.profile, modes)
 
 
 def _modes(cfg: RunConfig, backend: Backend, devices: int, per_device_batch: int) -> Modes:
-    modes = Modes(cfg.precision, cfg.compile, cfg.sync_bn, cfg.grad_accum)
+    modes = Modes(cfg.precision, cfg.compile, cfg.sync_bn, cfg.grad_accum, cfg.input,
+                  cfg.loader_workers)
     has_batchnorm = getattr(build_spec(cfg.model, (1, 8, 8), 2), "norm", None) is not None
     why = refusal(backend, modes, gpu_count(), has_batchnorm, devices, per_device_batch)
     if why:

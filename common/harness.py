@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -31,6 +31,7 @@ from .loop import RankLog
 from .netns import enter_private_network
 from .profiling import attach, window
 from .results import SCHEMA_VERSION, aggregate, name_of, run_variant, warmup_steps
+from .samples import input_metrics
 from .spec import ModelSpec, build_spec, sha256_of, spec_dict
 from .weights import initial_weights, save_weights
 
@@ -74,12 +75,22 @@ def prepare(cfg: RunConfig, shared: Path) -> Prepared:
         dataset = load_dataset(cfg.dataset, Path(cfg.data_dir) if cfg.data_dir else None)
     except DatasetError as err:
         raise UsageError(str(err)) from None
+    if cfg.train_subset is not None:
+        dataset = _train_subset(dataset, cfg.train_subset)
     plan = resolve(cfg, len(dataset.y_train))
     spec = build_spec(cfg.model, dataset.input_shape, dataset.num_classes)
     (shared / "data").mkdir(parents=True, exist_ok=True)
     dataset.save(shared / "data")
     save_weights(shared / "weights.npz", initial_weights(spec, cfg.seed))
     return Prepared(cfg, plan, dataset, spec, spec_hash(spec, dataset, plan, cfg), shared)
+
+
+def _train_subset(dataset: Dataset, rows: int) -> Dataset:
+    """The first ``rows`` training samples (the test set unchanged)."""
+    if rows > len(dataset.y_train):
+        raise UsageError(f"--train-subset {rows} exceeds the {len(dataset.y_train)} training "
+                         f"samples of {dataset.name}")
+    return replace(dataset, x_train=dataset.x_train[:rows], y_train=dataset.y_train[:rows])
 
 
 # Variables the launchers set themselves; one inherited from the user's shell would silently
@@ -158,10 +169,11 @@ def _supervise(cmd: list[str], prepared: Prepared, workdir: Path) -> tuple[str, 
 
 def _show_progress(bar: tqdm, path: Path) -> None:
     try:
-        done = json.loads(path.read_text())["done"]
+        progress = json.loads(path.read_text())
     except (OSError, ValueError):
         return  # not written yet, or being replaced right now
-    bar.update(done - bar.n)
+    bar.total = progress["total"]  # a native loader's epochs may differ from the contract's
+    bar.update(progress["done"] - bar.n)
 
 
 def _failure(status: str, code: int | None, prepared: Prepared, workdir: Path) -> str:
@@ -205,7 +217,8 @@ def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None) -> Job
                total_steps=plan.total_steps, optimizer=asdict(plan.optimizer), seed=cfg.seed,
                workdir=str(workdir), shared=str(prepared.shared),
                save_weights=save_weights_to is not None, verbose=cfg.verbose,
-               profile_steps=_profile_steps(prepared), modes=plan.modes.as_dict())
+               profile_steps=_profile_steps(prepared), modes=plan.modes.as_dict(),
+               epochs=plan.epochs)
 
 
 def _profile_steps(prepared: Prepared) -> list[int] | None:
@@ -231,13 +244,18 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
         load = load_env(before, LoadSample.now())  # every process of the run is reaped now
         duration = time.time() - launch
         logs = _rank_logs(workdir, processes) if status == "ok" else None
-        error = None
+        error, fed = None, None
         if logs is None:
             error = _failure(status, code, prepared, workdir)
             status = "timeout" if status == "timeout" else "failed"
-        elif save_weights_to is not None:
-            shutil.copyfile(workdir / "final_weights.npz", save_weights_to)
+        else:
+            fed = input_metrics(workdir, logs, plan.modes.input, prepared.cfg.seed,
+                                plan.global_batch, len(prepared.dataset.y_train))
+            if save_weights_to is not None:
+                shutil.copyfile(workdir / "final_weights.npz", save_weights_to)
     record = _record(prepared, repeat, status, error, logs, launch, duration, load)
+    if fed is not None:
+        record["metrics"]["input"] = fed
     if logs and plan.profile:  # the ranks' figures become the profile document and summary
         attach(record, name_of(record), [(log.rank, log.profile) for log in logs])
     return record
@@ -265,7 +283,8 @@ def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
         "world_size": plan.world_size, "status": status, "error": error, "seed": cfg.seed,
         "repeat": repeat, "global_batch": plan.global_batch,
         "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
-        "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling, "steps": plan.total_steps,
+        "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling,
+        "steps": len(logs[0].step_s) if logs else plan.total_steps,
         "optimizer": asdict(plan.optimizer), "dataset": cfg.dataset,
         "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": asdict(cfg),
         "variant": run_variant(plan), "modes": plan.modes.as_dict(), "metrics": metrics,

@@ -26,7 +26,7 @@ class Job:
     dataset: str
     num_classes: int
     global_batch: int
-    total_steps: int
+    total_steps: int  # the contract's steps; with --epochs a native loader's may differ
     optimizer: dict  # asdict(OptimizerSpec), lr already scaled
     seed: int
     workdir: str  # this run's folder: job.json, rank files, progress, launcher logs
@@ -34,6 +34,7 @@ class Job:
     save_weights: bool = False  # rank 0 exports final weights to workdir/final_weights.npz
     profile_steps: list[int] | None = None  # --profile: [first, stop) of the profiled steps
     modes: dict = field(default_factory=dict)  # asdict(Modes); {}: the defaults
+    epochs: int | None = None  # --epochs (None with --steps): passes of the run's feed
     verbose: bool = False
     extra: dict = field(default_factory=dict)
 

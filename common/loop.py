@@ -20,9 +20,10 @@ from typing import Protocol
 
 import numpy as np
 
-from .batches import eval_slice, schedule, shard_slice
+from .batches import eval_slice
 from .classification import confusion_matrix, macro_scores
 from .data import Dataset
+from .feeds import ArrayFeed, Feed, FeedLog, run_length
 from .files import write_atomic
 from .job import FAULT_ENV, Job, write_error
 from .modes import Observed, check_observed
@@ -39,7 +40,8 @@ class Strategy(Protocol):
     num_processes: int  # processes that read data (1 for single, DataParallel, Mirrored)
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        """One optimizer step on this process's rows; returns their mean loss."""
+        """One optimizer step on this process's rows (numpy, or what its native feed
+        yields); returns their mean loss."""
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         """(predicted class of each row, loss_sum) over the given rows, inference mode, this
@@ -69,6 +71,10 @@ class Strategy(Protocol):
     def observed(self) -> Observed:
         """What the run modes did (see parbench.modes); valid once the first step ran."""
 
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        """--input native: this process's batches from its framework's own loader, each
+        carrying the training-set indices of its rows (see parbench.feeds)."""
+
 
 @dataclass
 class RankLog:
@@ -83,6 +89,7 @@ class RankLog:
     describe: dict = field(default_factory=dict)
     profile: dict | None = None  # --profile: Session.result() of this rank
     observed: dict | None = None  # asdict(Observed) at the end of training
+    input: dict | None = None  # FeedLog.write(): what fed the steps, epochs, waits
 
 
 def inject_test_fault(rank: int, step: int) -> None:
@@ -129,12 +136,18 @@ def check_modes(job: Job, strategy: Strategy) -> None:
     check_observed(job.run_modes, strategy.observed())
 
 
+def open_feed(job: Job, strategy: Strategy, data: Dataset) -> Feed:
+    if job.run_modes.input == "native":
+        return strategy.native_feed(job, data)
+    return ArrayFeed(job, data, strategy.rank, strategy.num_processes)
+
+
 class Progress:
     """Rank 0 tells the harness how far it is, at most every PROGRESS_EVERY_S seconds."""
 
-    def __init__(self, job: Job, rank: int):
+    def __init__(self, job: Job, rank: int, total: int):
         self.path = job.path / "progress.json" if rank == 0 else None
-        self.total, self.last = job.total_steps, 0.0
+        self.total, self.last = total, 0.0
 
     def update(self, done: int, force: bool = False) -> None:
         now = time.monotonic()
@@ -145,7 +158,7 @@ class Progress:
 
 
 def run_worker(job: Job, strategy: Strategy) -> RankLog:
-    """Train for job.total_steps on the shared batches, evaluating at every epoch end."""
+    """Train for the run's steps on the feed's batches, evaluating at every epoch end."""
     try:
         return _train(job, strategy)
     except BaseException:
@@ -155,39 +168,44 @@ def run_worker(job: Job, strategy: Strategy) -> RankLog:
 
 def _train(job: Job, strategy: Strategy) -> RankLog:
     data = Dataset.load(job.data_path, job.dataset, job.num_classes)
-    rows = shard_slice(job.global_batch, strategy.num_processes, strategy.rank)
-    log = RankLog(rank=strategy.rank, rows=rows.stop - rows.start)
-    progress, optimizer, train_s = Progress(job, strategy.rank), job.optimizer_spec, 0.0
+    feed = open_feed(job, strategy, data)
+    total = run_length(job, feed)
+    log = RankLog(rank=strategy.rank, rows=job.global_batch // strategy.num_processes)
+    fed = FeedLog(feed)
+    progress, optimizer, train_s = Progress(job, strategy.rank, total), job.optimizer_spec, 0.0
     session = Session(strategy.profiler(), job.profile_steps, strategy.train_step) \
         if job.profile_steps else None
-    for step in schedule(job.seed, len(data.y_train), job.global_batch, job.total_steps):
-        mine = step.indices[rows]
-        x, y = np.asarray(data.x_train[mine]), np.asarray(data.y_train[mine])
-        lr = lr_at(step.index, job.total_steps, optimizer)
-        inject_test_fault(strategy.rank, step.index)
-        if step.index == 0:
+    batches = feed.batches(total)
+    for index in range(total):
+        waited = time.perf_counter()
+        batch = next(batches)
+        fed.add(batch, time.perf_counter() - waited)
+        lr = lr_at(index, total, optimizer)
+        inject_test_fault(strategy.rank, index)
+        if index == 0:
             log.first_step_start = time.time()
-        take_step = session.take(step.index) if session else strategy.train_step
+        take_step = session.take(index) if session else strategy.train_step
         start = time.perf_counter()
-        loss = take_step(x, y, lr)
+        loss = take_step(batch.x, batch.y, lr)
         strategy.synchronize()
         elapsed = time.perf_counter() - start
         if session:
-            session.done(step.index)
-        if step.index == 0:
+            session.done(index)
+        if index == 0:
             check_modes(job, strategy)
         log.step_s.append(elapsed)
         log.losses.append(float(loss))
         train_s += elapsed
-        progress.update(step.index + 1)
-        if step.epoch_end or step.index == job.total_steps - 1:
-            log.evals.append(evaluate_test_set(strategy, data, step.index, train_s))
-    progress.update(job.total_steps, force=True)
+        progress.update(index + 1)
+        if batch.epoch_end or index == total - 1:
+            log.evals.append(evaluate_test_set(strategy, data, index, train_s))
+    progress.update(total, force=True)
     log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     log.peak_device_mb = strategy.peak_device_mb()
     log.describe = strategy.describe()
     log.profile = session.result() if session else None
     log.observed = asdict(strategy.observed())
+    log.input = fed.write(job.path, strategy.rank)
     write_rank_log(job, strategy, log)
     return log
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from .backends import Backend
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+INPUTS = ("arrays", "native")
 # The dtype the first layer's activations must have on the first step, per --precision.
 COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -25,6 +26,8 @@ class Modes:
     compile: bool = False  # torch.compile, TF XLA, Paddle to_static
     sync_bn: bool = False  # BatchNorm statistics over the global batch, not each shard
     grad_accum: int = 1  # micro-batches per optimizer step, gradients communicated once
+    input: str = "arrays"  # arrays | native: who feeds the steps (see parbench.feeds)
+    loader_workers: int = 0  # --input native: the loader's worker processes
 
     def changed(self) -> dict:
         """The modes that differ from the defaults (a plain run: {})."""
@@ -34,10 +37,12 @@ class Modes:
 
     @property
     def label(self) -> str:
-        """e.g. 'bf16', 'fp32+compile', 'fp32+sync-bn+accum2': the report's mode column."""
+        """e.g. 'bf16', 'fp32+compile', 'fp32+native+workers2': the report's mode column."""
         parts = [self.precision, "compile" if self.compile else "",
                  "sync-bn" if self.sync_bn else "",
-                 f"accum{self.grad_accum}" if self.grad_accum > 1 else ""]
+                 f"accum{self.grad_accum}" if self.grad_accum > 1 else "",
+                 "native" if self.input == "native" else "",
+                 f"workers{self.loader_workers}" if self.loader_workers else ""]
         return "+".join(p for p in parts if p)
 
     def as_dict(self) -> dict:
@@ -65,6 +70,10 @@ REFUSALS: dict[tuple[str, str], str] = {
     ("tf-mirrored-keras", "grad_accum"): "Keras fit applies the optimizer on every batch; "
     "gradient accumulation needs a custom loop (use tf-mirrored)",
 }
+FRAMEWORK_REFUSALS: dict[tuple[str, str], str] = {
+    ("tensorflow", "loader_workers"): "tf.data has no worker processes: it parallelises inside "
+    "the pipeline (num_parallel_calls, prefetch), which --input native sets to AUTOTUNE",
+}
 # Two modes together that a framework cannot run without GPUs.
 GPU_ONLY_PAIRS = {
     ("tensorflow", "sync_bn", "compile"): "the synchronized BatchNorm's all-reduce inside the "
@@ -87,7 +96,8 @@ def refusal(backend: Backend, modes: Modes, gpus: int, has_batchnorm: bool, devi
                 "statistics to synchronize")
     asked = set(modes.changed())
     for mode in sorted(asked):
-        why = REFUSALS.get((backend.name, mode))
+        why = REFUSALS.get((backend.name, mode)) or FRAMEWORK_REFUSALS.get(
+            (backend.framework, mode))
         if why is None and not gpus:
             why = GPU_ONLY.get((backend.framework, mode))
         if why:
@@ -98,6 +108,10 @@ def refusal(backend: Backend, modes: Modes, gpus: int, has_batchnorm: bool, devi
                     f"for {backend.name} without GPUs: {why}")
     if modes.sync_bn and not has_batchnorm:
         return "--sync-bn needs a model with BatchNorm (resnet), this one has none"
+    if modes.loader_workers < 0:
+        return f"--loader-workers must be 0 or more, got {modes.loader_workers}"
+    if modes.loader_workers and modes.input != "native":
+        return "--loader-workers needs --input native (the arrays feed has no loader)"
     if modes.grad_accum < 1:
         return f"--grad-accum must be at least 1, got {modes.grad_accum}"
     if per_device_batch % modes.grad_accum:

@@ -19,7 +19,9 @@ from .rows import (KEY, MODE_COLUMNS, NOISY_CV_PERCENT, RUN_KEY, Cell, Group, Ro
                    environment_rows)
 
 PERFORMANCE = (*KEY, "status", "runs", "samples/s", "samples/s min", "samples/s max", "cv %",
-               "noisy", "scaling eff.", "step ms p50", "step ms p90", "startup s", "first step s")
+               "noisy", "scaling eff.", "step ms p50", "step ms p90", "data wait %", "startup s",
+               "first step s")
+OPTIONAL = ("data wait %",)  # left out of a table where no row has it (older records)
 QUALITY = (*KEY, "accuracy", "Precision macro", "Recall macro", "F1 macro", "loss",
            "time to target s", "peak RSS MiB", "RSS MiB per rank", "peak device MiB",
            "device MiB per device")
@@ -54,10 +56,13 @@ NOTES = (
     "the target accuracy; a repeat that never reached it counts as infinitely slow.",
     "Peak memory: host RSS per process (rank) and allocator peak per device; the lists are "
     "medians over repeats position by position, so an imbalance (DataParallel's device 0) shows.",
-    "Modes (precision, compile, sync BN, grad accum) are part of a row's key: two modes never "
-    "share a row, and the 1-device reference of a scaling efficiency has the same precision, "
-    "compile and grad accum. A mode column that is the same in every row of a table is left "
-    "out of it and named in the table's note.",
+    "Modes (precision, compile, sync BN, grad accum, input, loader workers) are part of a "
+    "row's key: two modes never share a row, and the 1-device reference of a scaling "
+    "efficiency has the same modes except sync BN. A mode column that is the same in every row "
+    "of a table is left out of it and named in the table's note.",
+    "data wait % = the time steps waited for their batch (taking it from the arrays or the "
+    "framework's loader) as a share of that wait plus the step times, all ranks together; a "
+    "loader that cannot keep up shows here rather than in the step time.",
     "Precision, Recall and F1 macro: unweighted means over classes of the final evaluation's "
     "per-class scores, from the confusion matrix summed across ranks (a class never predicted "
     "scores precision 0).",
@@ -112,7 +117,8 @@ def _table(caption: str, headers: tuple[str, ...], rows: list[dict[str, Cell]],
     instead (a report of plain runs shows no mode columns, only 'every row: fp32, ...')."""
     same = [h for h in headers if h in MODE_COLUMNS and rows
             and len({cell_text(row[h]) for row in rows}) == 1]
-    shown = tuple(h for h in headers if h not in same)
+    empty = [h for h in headers if h in OPTIONAL and all(row[h] is None for row in rows)]
+    shown = tuple(h for h in headers if h not in same and h not in empty)
     table = Table(caption, shown, [[cell_text(row[h]) for h in shown] for row in rows],
                   marks or [""] * len(rows))
     if same:

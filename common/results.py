@@ -16,9 +16,11 @@ from .loop import RankLog
 from .profiling import SUFFIX
 from .spec import sha256_of
 
-SCHEMA_VERSION = 3  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
-# 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix.
-# Versions 1 and 2 are still read (they ran fp32, eager, without sync BN or accumulation).
+SCHEMA_VERSION = 4  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+# 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix;
+# 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits).
+# Versions 1 to 3 are still read (they ran fp32, eager, without sync BN or accumulation, fed
+# from the contract's arrays).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
 STATUSES = ("ok", "failed", "timeout")
 BUSY_LOAD_PER_CORE = 0.5  # a run that starts with more load than this per core is noisy

@@ -20,7 +20,7 @@ from .results import run_was_busy
 Cell = str | int | float | list[float] | None
 
 # A row never mixes two modes: each mode is a column of the row's key.
-MODE_COLUMNS = ("precision", "compile", "sync BN", "grad accum")
+MODE_COLUMNS = ("precision", "compile", "sync BN", "grad accum", "input", "loader workers")
 RUN_KEY = ("backend", "devices", "launcher")
 KEY = (*RUN_KEY, *MODE_COLUMNS)
 NO_DEVICE = "n/a (CPU)"
@@ -48,7 +48,8 @@ def _per_position_median(lists: list[list[float]]) -> list[float]:
 
 def mode_cells(modes: Modes) -> dict[str, Cell]:
     return dict(zip(MODE_COLUMNS, (modes.precision, "yes" if modes.compile else "no",
-                                   "yes" if modes.sync_bn else "no", modes.grad_accum)))
+                                   "yes" if modes.sync_bn else "no", modes.grad_accum,
+                                   modes.input, modes.loader_workers)))
 
 
 @dataclass
@@ -142,6 +143,7 @@ def _cells(row: Row) -> dict[str, Cell]:
         "noisy": _noisy(cv, row.runs),
         "step ms p50": row.median(lambda m: m["step_time_ms"]["median"]),
         "step ms p90": row.median(lambda m: m["step_time_ms"]["p90"]),
+        "data wait %": row.median(_wait_percent),
         "startup s": row.median(lambda m: m["startup_s"]),
         "first step s": row.median(lambda m: m["first_step_s"]),
         "accuracy": row.median(lambda m: m["final_accuracy"]),
@@ -157,10 +159,20 @@ def _cells(row: Row) -> dict[str, Cell]:
     }
 
 
+def _wait_percent(metrics: dict) -> float | None:
+    """The share of wait + step time the steps waited for their batch (records before schema
+    4 did not measure it)."""
+    share = (metrics.get("input") or {}).get("wait_share")
+    return None if share is None else 100 * share
+
+
 def _same_computation(a: Modes, b: Modes) -> bool:
     """Modes that make the 1-device reference of a row: all but sync BN, which one device
     computes identically either way."""
-    return (a.precision, a.compile, a.grad_accum) == (b.precision, b.compile, b.grad_accum)
+    def key(modes: Modes) -> tuple:
+        return (modes.precision, modes.compile, modes.grad_accum, modes.input,
+                modes.loader_workers)
+    return key(a) == key(b)
 
 
 def _efficiency(row: Row, rows: list[Row]) -> float | None:

@@ -83,3 +83,23 @@ def write_cifar(folder, n_per_batch=20, seed=0):
                  b"labels": list(rng.integers(0, 10, n_per_batch))}
         with open(folder / name, "wb") as handle:
             pickle.dump(batch, handle)
+
+
+UNEVEN_INPUT = ("--train-subset", "4095", "--global-batch", "64", "--epochs", "1")
+
+
+def uneven_input_row(backend: str) -> dict:
+    """The porting doc's measured row for ``backend`` in section 15.0's uneven-dataset table
+    (`contract` for the arrays row): devices, steps per epoch, samples, distinct, duplicated,
+    dropped, as ints."""
+    lines = (Path(__file__).parents[1] / "docs" / "porting.md").read_text().splitlines()
+    start = lines.index("<!-- uneven-input-table -->")
+    for line in lines[start + 3:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if cells[0].split()[0].strip("`") == backend:
+            keys = ("devices", "steps_per_epoch", "samples", "distinct", "duplicated",
+                    "dropped")
+            return dict(zip(keys, (int(cell) for cell in cells[1:])))
+    raise KeyError(f"no row for {backend} in docs/porting.md's uneven-input table")
