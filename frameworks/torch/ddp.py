@@ -19,7 +19,9 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from parbench.data import Dataset
 from parbench.exits import watch_spawned
+from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.lifetime import die_with_parent, exit_finished
 from parbench.loop import run_worker
@@ -27,6 +29,7 @@ from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
+from .input import distributed_feed
 from .model import build_model, export_weights
 from .profile import StepProfiler
 
@@ -63,9 +66,14 @@ class DistributedDataParallelStrategy:
         # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
         self.rank, self.num_processes = rank, job.world_size
 
+    # --- input: --input native: a DataLoader per process over the per-device batch; its
+    # DistributedSampler shards one seeded permutation per epoch (set_epoch: see input.py)
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        return distributed_feed(job, data, self.device, self.rank)
+
     # --- step: gradients are all-reduced (averaged) inside backward(); with --grad-accum, only
     # in the last micro-batch's backward (DDP's no_sync around the others)
-    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 
     # --- eval: each rank scores its part of the test set, then the counts are summed

@@ -15,12 +15,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from parbench.data import Dataset
+from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
+from .input import random_feed
 from .model import build_model, export_weights
 from .profile import DATA_PARALLEL, ONE_DEVICE, StepProfiler
 
@@ -57,9 +60,14 @@ class DataParallelStrategy:
         # --- data shard: the one process feeds the whole global batch; DataParallel splits it
         self.rank, self.num_processes = 0, 1
 
+    # --- input: --input native: one DataLoader over the global batch (RandomSampler seeded from
+    # job.seed); DataParallel scatters each batch into one contiguous chunk per device
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        return random_feed(job, data, self.devices[0], devices=len(self.devices))
+
     # --- step: inputs go to device 0, DataParallel scatters them; the loss on the gathered
     # outputs runs under Step's own autocast, in the caller's thread
-    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 
     # --- eval

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -23,7 +22,7 @@ from torch.profiler import ProfilerActivity
 
 from parbench.profiling import TOP_OPS
 
-from .runtime import Step
+from .runtime import Rows, Step, as_tensor
 
 ONE_DEVICE = "one device: no gradient communication"
 DATA_PARALLEL = ("not isolated: nn.DataParallel scatters inputs and replicates the module "
@@ -92,14 +91,14 @@ class StepProfiler:
         self.synchronize()
         return time.perf_counter()
 
-    def step(self, x: np.ndarray, y: np.ndarray,
+    def step(self, x: Rows, y: Rows,
              lr: float) -> tuple[float, dict[str, float | None]]:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.spans = []
         start = self._now()
-        inputs = torch.from_numpy(x).to(self.device, non_blocking=True)
-        labels = torch.from_numpy(y).to(self.device, non_blocking=True)
+        inputs = as_tensor(x).to(self.device, non_blocking=True)
+        labels = as_tensor(y).to(self.device, non_blocking=True)
         self.model.train()
         loss = F.cross_entropy(self.model(inputs), labels)
         forward = self._now()

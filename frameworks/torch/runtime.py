@@ -75,6 +75,14 @@ class DtypeProbe:
             self.dtype = output.dtype
 
 
+Rows = np.ndarray | torch.Tensor  # numpy from --input arrays, the DataLoader's from native
+
+
+def as_tensor(rows: Rows) -> torch.Tensor:
+    """numpy rows are wrapped without a copy (from_numpy); a loader's tensors pass unchanged."""
+    return rows if isinstance(rows, torch.Tensor) else torch.from_numpy(rows)
+
+
 class Step:
     """One optimizer step in the run's modes: autocast, fp16 loss scaling and K micro-batches.
 
@@ -94,11 +102,11 @@ class Step:
         self.probe = DtypeProbe(first_layer(module))
         self.first: tuple[str, int] | None = None  # step 0's (compute dtype, micro-batches)
 
-    def __call__(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    def __call__(self, x: Rows, y: Rows, lr: float) -> float:
         for group in self.optimizer.param_groups:
             group["lr"] = lr  # the schedule is computed in common and fed per step
-        inputs = torch.from_numpy(x).to(self.device, non_blocking=True)
-        labels = torch.from_numpy(y).to(self.device, non_blocking=True)
+        inputs = as_tensor(x).to(self.device, non_blocking=True)
+        labels = as_tensor(y).to(self.device, non_blocking=True)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         parts = self.modes.grad_accum

@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from parbench.data import Dataset
+from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
+from .input import random_feed
 from .model import build_model, export_weights
 from .profile import StepProfiler
 
@@ -32,8 +35,13 @@ class SingleDevice:
         # --- data shard: the one process reads every row of each global batch
         self.rank, self.num_processes = 0, 1
 
+    # --- input: --input native: a DataLoader over the global batch, RandomSampler seeded from
+    # job.seed (see input.py)
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        return random_feed(job, data, self.device, devices=1)
+
     # --- step: autocast, loss scaling and micro-batches live in runtime.Step
-    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 
     # --- eval: the eager module, in the run's precision (only training steps are compiled)
