@@ -7,9 +7,10 @@ live and refuses to train when two share a device; the record lists every replic
 
 Each step the process reads the whole global batch and feeds replica r exactly rows
 ``shard_slice(B, N, r)`` (``experimental_distribute_values_from_function``), not a split TF
-chooses. Each replica's loss is its shard's sum over the *global* batch
-(``tf.nn.compute_average_loss``); the optimizer sums gradients across replicas and applies the
-shared SGD rule to every copy; ``strategy.reduce`` sums the losses to the global-batch mean.
+chooses (with --input native a ``tf.data`` pipeline feeds the replicas instead, input.py).
+Each replica's loss is its shard's sum over the *global* batch (``tf.nn.compute_average_loss``);
+the optimizer sums gradients across replicas and applies the shared SGD rule to every copy;
+``strategy.reduce`` sums the losses to the global-batch mean.
 BatchNorm normalises each shard with its own statistics (as torch DDP does without
 SyncBatchNorm) and keeps replica 0's running statistics (as DDP's buffer broadcast does);
 with --sync-bn it normalises with the global batch's, all-reduced across replicas.
@@ -20,12 +21,15 @@ from __future__ import annotations
 import numpy as np
 
 from parbench.batches import eval_slice
+from parbench.data import Dataset
+from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
+from .input import TFDataFeed
 from .model import build_model, export_weights
 from .profile import StepProfiler
 from .runtime import tf
@@ -55,6 +59,11 @@ class Mirrored:
         self.eval_step = runtime.make_eval_step(self.strategy, self.model)
         # --- data shard: the one process reads every global batch; the step splits it
         self.rank, self.num_processes = 0, 1
+
+    # --- input: tf.data through distribute_datasets_from_function (see input.py): one
+    # pipeline feeds every replica, consecutive per-replica batches in replica order
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        return TFDataFeed(self.strategy, job, data)
 
     # --- step: every replica its shard, gradients summed across replicas in the optimizer
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:

@@ -4,11 +4,18 @@ data-parallel training. Devices, model, optimizer and the replica-device check a
 What fit changes, and how the contract still holds:
 
 * Data: fit reads a ``tf.data`` pipeline, not the loop's arrays. It is built with
-  ``distribute_datasets_from_function``: the one input pipeline yields, for every global batch
-  of ``parbench.batches.schedule`` in order, its N shards ``shard_slice(B, N, r)``, and the
-  strategy deals pipeline elements to replicas round robin, so replica r trains on exactly the
-  rows the custom loop gives it (checked by the BatchNorm equivalence test, where a different
-  split would change the batch statistics).
+  ``distribute_datasets_from_function``: with --input arrays the one input pipeline yields,
+  for every global batch of the contract (``ArrayFeed``) in order, its N shards
+  ``shard_slice(B, N, r)``, and the strategy deals pipeline elements to replicas round robin,
+  so replica r trains on exactly the rows the custom loop gives it (checked by the BatchNorm
+  equivalence test, where a different split would change the batch statistics). With --input
+  native it is the custom loops' own ``tf.data`` pipeline (input.py), handed to fit as it is.
+  Either way every element carries its rows' training-set indices, which the train step keeps
+  per replica (``FeedProbe``) for the record. fit first takes one batch from an iterator of
+  its own to build the model symbolically (Keras' ``_maybe_symbolic_build``) and drops it:
+  that iteration uses up the native pipeline's first shuffle order, so fit trains on the
+  orders a custom loop with the same seed gets from its second epoch on (measured); the
+  arrays generator simply starts again at the contract's first batch.
 * Learning rate: a schedule indexed by the optimizer's step counter, holding
   ``parbench.optim.lr_at`` of every step.
 * Loss: Keras' own (each replica's shard mean divided by N, what the custom loop computes
@@ -18,8 +25,10 @@ What fit changes, and how the contract still holds:
   what ``run_worker`` does (fault injection, timings, losses, progress, evaluation at every
   epoch end with the loop's own ``evaluate_test_set``) and the loop's ``write_rank_log``
   writes rank0.json.
-  A step is timed from fit's batch-begin to batch-end hook; that includes taking the next
-  batch from the prefetched pipeline, which the custom loops do outside the timed region.
+  fit takes each batch inside its compiled train function, out of the loop's sight, so the
+  wait for data is measured there: ``tf.timestamp`` when the replicas' step starts and when its
+  batch is on every replica (``FeedProbe``). A step is timed from fit's batch-begin to batch-end
+  hook, less that wait, so step and wait split the time as in the custom loops.
   After the first batch it checks that the run modes took effect, as ``run_worker`` does.
 * Modes: the precision policy, loss scaling (fp16) and synchronized BatchNorm as in the custom
   loops. --compile is not fit's ``jit_compile=True``: that compiles the whole per-replica step,
@@ -40,21 +49,25 @@ from dataclasses import asdict
 
 import numpy as np
 
-from parbench.batches import eval_slice, schedule, shard_slice, steps_per_epoch
+from parbench.batches import eval_slice, shard_slice
 from parbench.data import Dataset
+from parbench.feeds import Batch, Feed, FeedLog, run_length
 from parbench.job import Job
 from parbench.loop import (Progress, RankLog, check_modes, evaluate_test_set,
-                           inject_test_fault, write_rank_log)
+                           inject_test_fault, open_feed, write_rank_log)
 from parbench.modes import Observed
 from parbench.optim import lr_at
 from parbench.weights import load_weights
 
 from . import runtime
+from .input import TFDataFeed
 from .model import build_model, export_weights
 from .runtime import keras, tf
 
-FIT_TIMING_NOTE = ("Keras fit: a step is timed from batch-begin to batch-end hook, which includes "
-                   "taking the batch from the prefetched tf.data pipeline")
+FIT_TIMING_NOTE = ("Keras fit: fit takes each batch from its tf.data pipeline inside the compiled "
+                   "train function; a step is timed from batch-begin to batch-end hook, less the "
+                   "wait for its batch measured in that function (tf.timestamp at the replicas' "
+                   "start and once the batch is on every replica)")
 
 
 class StepRates(keras.optimizers.schedules.LearningRateSchedule):
@@ -67,13 +80,54 @@ class StepRates(keras.optimizers.schedules.LearningRateSchedule):
         return tf.gather(self.rates, tf.minimum(step, len(self.rates) - 1))
 
 
+class FeedProbe:
+    """What fit's train step saw of its batch, kept per replica for the callback: the rows'
+    training-set indices, and when the step started and when its batch was there. ON_READ
+    variables hold one value per replica (``experimental_local_results`` reads them all)."""
+
+    def __init__(self, rows: int):
+        def per_replica(value) -> tf.Variable:
+            return tf.Variable(value, trainable=False,
+                               synchronization=tf.VariableSynchronization.ON_READ,
+                               aggregation=tf.VariableAggregation.NONE)
+
+        self.indices = per_replica(tf.zeros([rows], tf.int64))
+        # tf.timestamp's seconds since the epoch need float64's precision
+        self.started, self.arrived = (per_replica(tf.constant(0.0, tf.float64)) for _ in range(2))
+
+    def record(self, x: tf.Tensor, y: tf.Tensor, indices: tf.Tensor) -> tuple:
+        """In the replica's train step: the timestamp without inputs runs as the step function
+        starts, the other once the replica's batch (the function's input) has arrived. Returns
+        x and y made to wait for that timestamp: an op nothing waits for may run late (measured:
+        up to the end of the step), so the step's compute depends on it."""
+        started = tf.timestamp()
+        with tf.control_dependencies([x, y, indices]):
+            arrived = tf.timestamp()
+        self.started.assign(started)
+        self.arrived.assign(arrived)
+        self.indices.assign(indices)
+        with tf.control_dependencies([arrived]):
+            return tf.identity(x), tf.identity(y)
+
+    def read(self, strategy: tf.distribute.Strategy) -> tuple[np.ndarray, float]:
+        """(replicas x rows indices, seconds from the first replica's start to the last
+        replica's batch) of the step that just ran."""
+        def values(variable: tf.Variable) -> list[np.ndarray]:
+            return [np.asarray(v) for v in strategy.experimental_local_results(variable)]
+
+        wait = max(values(self.arrived)) - min(values(self.started))
+        return np.stack(values(self.indices)), max(0.0, float(wait))
+
+
 class StepLossModel(keras.Model):
     """Wraps the spec's model for fit: Keras' default train step (loss scaled for fp16), its
-    loss+gradient function XLA-compiled with --compile, reporting this step's loss."""
+    loss+gradient function XLA-compiled with --compile, reporting this step's loss. Its batches
+    are (x, y, indices): the indices go to the probe, not to the loss."""
 
-    def __init__(self, net: keras.Model, optimizer: keras.optimizers.Optimizer, jit: bool):
+    def __init__(self, net: keras.Model, optimizer: keras.optimizers.Optimizer, jit: bool,
+                 probe: FeedProbe):
         super().__init__()
-        self.net = net
+        self.net, self.probe = net, probe
         self.gradients = runtime.GradientFunction(self, optimizer, self._loss, jit)
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
@@ -83,7 +137,8 @@ class StepLossModel(keras.Model):
         return self.compute_loss(x=x, y=y, y_pred=self(x, training=True), training=True)
 
     def train_step(self, data: tuple) -> dict:
-        loss, gradients = self.gradients(*data)
+        x, y = self.probe.record(*data)
+        loss, gradients = self.gradients(x, y)
         self.optimizer.apply(gradients, self.trainable_variables)
         # fit averages what replicas return: the shard means average to the global mean
         return {"loss": loss * self.distribute_strategy.num_replicas_in_sync}
@@ -98,16 +153,24 @@ class MirroredKeras:
             else tf.distribute.ReductionToOneDevice()
         self.strategy = tf.distribute.MirroredStrategy(devices,
                                                        cross_device_ops=self.reduction)
+        # --- data shard: fit reads one pipeline, every global batch as its N shards in replica
+        # order (before the model: the run's length sets the learning-rate schedule)
+        self.rank, self.num_processes = 0, 1
+        self.data = Dataset.load(job.data_path, job.dataset, job.num_classes)
+        self.feed = open_feed(job, self, self.data)
+        self.total = run_length(job, self.feed)
+        self.dataset = self.feed.distributed if isinstance(self.feed, TFDataFeed) else \
+            self.strategy.distribute_datasets_from_function(self._contract_pipeline)
         # --- model: compiled in the scope with the shared SGD rule and the common schedule
         self.spec, modes = job.spec, job.run_modes
         runtime.set_precision(modes.precision)  # before the layers are created
-        rates = [lr_at(step, job.total_steps, job.optimizer_spec)
-                 for step in range(job.total_steps)]
+        rates = [lr_at(step, self.total, job.optimizer_spec) for step in range(self.total)]
         with self.strategy.scope():
             self.net = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
             optimizer = runtime.sgd(self.net, job.optimizer_spec, modes.precision,
                                     StepRates(rates))
-            self.model = StepLossModel(self.net, optimizer, modes.compile)
+            self.probe = FeedProbe(job.global_batch // job.world_size)
+            self.model = StepLossModel(self.net, optimizer, modes.compile, self.probe)
             self.model.compile(
                 optimizer=optimizer,
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -116,30 +179,33 @@ class MirroredKeras:
         self.devices = runtime.checked_replica_devices(self.strategy, self.net)
         runtime.reset_peak_memory(self.devices)
         self.eval_step = runtime.make_eval_step(self.strategy, self.net)
-        # --- data shard: one pipeline, every global batch as its N shards in replica order
-        self.rank, self.num_processes = 0, 1
-        self.data = Dataset.load(job.data_path, job.dataset, job.num_classes)
-        self.dataset = self.strategy.distribute_datasets_from_function(self._pipeline)
 
-    def _shards(self):
-        job, n = self.job, self.job.world_size
-        for step in schedule(job.seed, len(self.data.y_train), job.global_batch,
-                             job.total_steps):
-            for replica in range(n):
-                rows = step.indices[shard_slice(job.global_batch, n, replica)]
-                yield self.data.x_train[rows], self.data.y_train[rows]
+    # --- input: tf.data through distribute_datasets_from_function (see input.py), handed to
+    # fit as it is: one pipeline, consecutive per-replica batches in replica order
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        return TFDataFeed(self.strategy, job, data)
 
-    def _pipeline(self, _context: tf.distribute.InputContext) -> tf.data.Dataset:
+    # --- contract pipeline: --input arrays through fit, the loop's ArrayFeed as a tf.data
+    # generator of (x, y, indices) shards, N per global batch in replica order
+    def _contract_shards(self):
+        for batch in self.feed.batches(self.total):
+            replicas = len(batch.indices)
+            for replica, indices in enumerate(batch.indices):
+                rows = shard_slice(len(batch.y), replicas, replica)
+                yield batch.x[rows], batch.y[rows], indices
+
+    def _contract_pipeline(self, _context: tf.distribute.InputContext) -> tf.data.Dataset:
         rows = self.job.global_batch // self.job.world_size
-        signature = (tf.TensorSpec((rows, *self.spec.input_shape), tf.float32),
-                     tf.TensorSpec((rows,), tf.int64))
-        shards = tf.data.Dataset.from_generator(self._shards, output_signature=signature)
+        signature = (tf.TensorSpec((rows, *self.data.input_shape), tf.float32),
+                     tf.TensorSpec((rows,), tf.int64), tf.TensorSpec((rows,), tf.int64))
+        shards = tf.data.Dataset.from_generator(self._contract_shards,
+                                                output_signature=signature)
         return shards.prefetch(2 * self.job.world_size)  # the next two global batches
 
     # --- step: fit runs Keras' train step on every replica; StepLog times it
     def train(self) -> RankLog:
         log = StepLog(self)
-        self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.job.total_steps,
+        self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total,
                        callbacks=[log], verbose=2 if self.job.verbose else 0)
         return log.finish()
 
@@ -181,9 +247,9 @@ class StepLog(keras.callbacks.Callback):
         super().__init__()
         job = strategy.job
         self.strategy, self.job, self.train_s = strategy, job, 0.0
-        self.per_epoch = steps_per_epoch(len(strategy.data.y_train), job.global_batch)
-        self.log = RankLog(rank=0, rows=job.global_batch)
-        self.progress, self.start = Progress(job, 0), 0.0
+        self.total, self.per_epoch = strategy.total, strategy.feed.steps_per_epoch
+        self.log, self.fed = RankLog(rank=0, rows=job.global_batch), FeedLog(strategy.feed)
+        self.progress, self.start = Progress(job, 0, self.total), 0.0
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         inject_test_fault(0, batch)
@@ -195,22 +261,26 @@ class StepLog(keras.callbacks.Callback):
         # fit fetched the loss to Python before calling this hook: the step has finished
         self.strategy.synchronize()
         elapsed = time.perf_counter() - self.start
-        self.log.step_s.append(elapsed)
+        indices, waited = self.strategy.probe.read(self.strategy.strategy)
+        epoch_end = (batch + 1) % self.per_epoch == 0
+        self.fed.add(Batch(None, None, indices, batch // self.per_epoch, epoch_end), waited)
+        self.log.step_s.append(max(0.0, elapsed - waited))
         self.log.losses.append(float(logs["loss"]))
-        self.train_s += elapsed
+        self.train_s += self.log.step_s[-1]
         if batch == 0:
             check_modes(self.job, self.strategy)
         self.progress.update(batch + 1)
-        if (batch + 1) % self.per_epoch == 0 or batch == self.job.total_steps - 1:
+        if epoch_end or batch == self.total - 1:
             self.log.evals.append(evaluate_test_set(self.strategy, self.strategy.data, batch,
-                                            self.train_s))
+                                                    self.train_s))
 
     def finish(self) -> RankLog:
-        self.progress.update(self.job.total_steps, force=True)
+        self.progress.update(self.total, force=True)
         self.log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         self.log.peak_device_mb = self.strategy.peak_device_mb()
         self.log.describe = self.strategy.describe()
         self.log.observed = asdict(self.strategy.observed())
+        self.log.input = self.fed.write(self.job.path, 0)
         write_rank_log(self.job, self.strategy, self.log)
         return self.log
 

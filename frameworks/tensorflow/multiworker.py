@@ -2,7 +2,8 @@
 
 Launched by ``tf-config`` (see cluster.py): the harness starts one process, which starts the
 workers, each with ``TF_CONFIG`` naming every worker at ``127.0.0.1:PORT``. Collectives use
-RING on CPU and NCCL on GPUs. Each worker feeds only its contiguous part of every global batch;
+RING on CPU and NCCL on GPUs. Each worker feeds only its contiguous part of every global batch
+(--input native: its ``InputContext`` shard of the ``tf.data`` pipeline, see input.py);
 its loss is that part's sum over the *global* batch, so the gradients the strategy sums across
 workers are those of the global-batch mean. Each worker reports the global-batch loss
 (``strategy.reduce``, the TF idiom), which leaves the harness's row-weighted mean unchanged.
@@ -17,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from parbench.batches import eval_slice
+from parbench.data import Dataset
+from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.modes import Observed
@@ -28,6 +31,7 @@ GLOBAL_LOSS_NOTE = "every worker reports the global-batch loss (strategy.reduce)
 
 if cluster.worker_index() is not None:  # the supervising process never imports TensorFlow
     from . import runtime
+    from .input import TFDataFeed
     from .model import build_model, export_weights
     from .profile import StepProfiler
     from .runtime import tf
@@ -56,6 +60,11 @@ class MultiWorker:
         self.eval_step = runtime.make_eval_step(self.strategy, self.model)
         # --- data shard: this worker's contiguous part of each global batch
         self.rank, self.num_processes = index, job.world_size
+
+    # --- input: tf.data through distribute_datasets_from_function (see input.py): each
+    # worker's pipeline keeps its InputContext shard of one permutation (same seed everywhere)
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        return TFDataFeed(self.strategy, job, data)
 
     # --- step: gradients summed across workers (collective all-reduce) in the optimizer
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:

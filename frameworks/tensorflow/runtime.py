@@ -217,12 +217,18 @@ class TrainStep:
         return self.function(x, y, lr)
 
 
-def train_step(step: TrainStep, strategy: tf.distribute.Strategy, x: np.ndarray,
-               y: np.ndarray, lr: float) -> float:
+def train_step(step: TrainStep, strategy: tf.distribute.Strategy, x, y, lr: float) -> float:
     """One compiled step on this process's rows, each replica fed its shard of them."""
-    loss = step(distribute(strategy, x, shard_slice), distribute(strategy, y, shard_slice),
+    loss = step(replica_rows(strategy, x), replica_rows(strategy, y),
                 tf.constant(lr, tf.float32))  # a tensor: a Python float would retrace per value
     return float(loss)
+
+
+def replica_rows(strategy: tf.distribute.Strategy, rows):
+    """What a step's ``strategy.run`` takes: --input arrays gives this process's rows as numpy,
+    split here (``distribute``); --input native gives the distributed iterator's per-replica
+    values, already split by the pipeline and placed on their devices."""
+    return distribute(strategy, rows, shard_slice) if isinstance(rows, np.ndarray) else rows
 
 
 def observed(model: keras.Model, gradients: GradientFunction, micro_batches: int) -> Observed:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import numpy as np
 
 from parbench.batches import eval_slice
+from parbench.data import Dataset
+from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
+from .input import TFDataFeed
 from .model import build_model, export_weights
 from .profile import StepProfiler
 from .runtime import tf
@@ -36,6 +39,11 @@ class SingleDevice:
         self.eval_step = runtime.make_eval_step(self.strategy, self.model)
         # --- data shard: the one process reads every row of each global batch
         self.rank, self.num_processes = 0, 1
+
+    # --- input: tf.data through distribute_datasets_from_function (see input.py): one
+    # pipeline, one replica
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        return TFDataFeed(self.strategy, job, data)
 
     # --- step
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
