@@ -14,11 +14,13 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
+from parbench.data import Dataset
 from parbench.job import Job
 from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
+from .input import LoaderFeed, distributed_feed
 from .model import build_model, export_weights, model_notes
 from .modes import ModelModes
 from .profile import StepProfiler
@@ -50,9 +52,14 @@ class DataParallelStrategy:
         # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
         self.rank, self.num_processes = dist.get_rank(), job.world_size
 
+    # --- input: --input native, DistributedBatchSampler gives this rank its block of each
+    # global batch (padded, shuffled by the epoch number, not the run's seed; see input.py)
+    def native_feed(self, job: Job, data: Dataset) -> LoaderFeed:
+        return distributed_feed(job, data, self.rank)
+
     # --- step: gradients are all-reduced (averaged) inside backward(); with --grad-accum only
     # in the last micro-batch's (DataParallel.no_sync for the others)
-    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 
     # --- eval: each rank scores its part of the test set, then the counts are summed

@@ -21,6 +21,7 @@ from parbench.optim import OptimizerSpec
 # The OpenMP runtime Paddle's CPU kernels (MKL, oneDNN) use; wheels without it report None.
 _IOMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
 AMP_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # --precision -> auto_cast's dtype
+Rows = np.ndarray | paddle.Tensor  # a step's rows: numpy (--input arrays) or the loader's
 
 
 def setup_threads(job: Job) -> None:
@@ -69,6 +70,17 @@ def precision(modes: Modes) -> AbstractContextManager:
     return paddle.amp.auto_cast(level="O1", dtype=dtype) if dtype else nullcontext()
 
 
+def split_rows(rows: Rows, k: int) -> list[Rows]:
+    """k contiguous micro-batches: numpy rows (--input arrays) split in numpy, the native
+    loader's tensors with paddle.split (they stay tensors)."""
+    return paddle.split(rows, k) if isinstance(rows, paddle.Tensor) else np.split(rows, k)
+
+
+def as_tensor(rows: Rows) -> paddle.Tensor:
+    """The loader's tensors as they are (already on the device); numpy rows copied in."""
+    return rows if isinstance(rows, paddle.Tensor) else paddle.to_tensor(rows)
+
+
 class TrainStep:
     """One optimizer step with --precision and --grad-accum, on ``model`` (a Layer or
     paddle.DataParallel; with DataParallel gradients are all-reduced once per step)."""
@@ -79,11 +91,11 @@ class TrainStep:
         self.scaler = paddle.amp.GradScaler() if modes.precision == "fp16" else None
         self.micro_batches = 0  # backward passes in the first step (0 before it)
 
-    def __call__(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    def __call__(self, x: Rows, y: Rows, lr: float) -> float:
         self.optimizer.set_lr(lr)  # the schedule is computed in common and fed per step
         self.model.train()
         k, loss = self.modes.grad_accum, 0.0
-        parts = list(zip(np.split(x, k), np.split(y, k)))  # contiguous micro-batches
+        parts = list(zip(split_rows(x, k), split_rows(y, k)))  # contiguous micro-batches
         for passes, (part_x, part_y) in enumerate(parts, start=1):
             with self._hold_gradients(last=passes == k):
                 loss += self._backward(part_x, part_y, k)
@@ -102,10 +114,10 @@ class TrainStep:
             return nullcontext()
         return self.model.no_sync()
 
-    def _backward(self, x: np.ndarray, y: np.ndarray, k: int) -> float:
+    def _backward(self, x: Rows, y: Rows, k: int) -> float:
         """Forward, loss / k, backward; returns the scaled loss (k of them sum to the mean)."""
         with precision(self.modes):
-            loss = F.cross_entropy(self.model(paddle.to_tensor(x)), paddle.to_tensor(y)) / k
+            loss = F.cross_entropy(self.model(as_tensor(x)), as_tensor(y)) / k
         (self.scaler.scale(loss) if self.scaler else loss).backward()
         return float(loss)
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from parbench.data import Dataset
 from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
+from .input import LoaderFeed, single_feed
 from .model import build_model, export_weights, model_notes
 from .modes import ModelModes
 from .profile import StepProfiler
@@ -31,8 +33,13 @@ class SingleDevice:
         # --- data shard: the one process reads every row of each global batch
         self.rank, self.num_processes = 0, 1
 
+    # --- input: --input native, BatchSampler's RandomSampler over every row (numpy's global
+    # RNG, seeded with the run's seed; see input.py)
+    def native_feed(self, job: Job, data: Dataset) -> LoaderFeed:
+        return single_feed(job, data)
+
     # --- step: --grad-accum's micro-batches accumulate gradients before the one update
-    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 
     # --- eval
