@@ -18,7 +18,8 @@ from conftest import needs, parbench, records_in
 from parbench import compare
 from parbench.compare import Slot, busy_warning, schedule
 from parbench.load import LoadSample, load_env
-from parbench.results import BUSY_LOAD_PER_CORE, check_record, machine_busy, run_was_busy
+from parbench.results import (BUSY_LOAD_PER_CORE, SCHEMA_VERSION, check_record, machine_busy,
+                              run_was_busy)
 
 V1_RECORD = Path(__file__).parents[1] / "results/claims/runs/torch-single-n1-5ea9a70372-r0.json"
 LOAD = {"load_1m_start": 0.4, "load_1m_end": 0.6, "other_cpu_s": 0.05}
@@ -131,7 +132,7 @@ def test_compare_warms_up_then_runs_round_robin(tmp_path):
         ("torch-dp", 0), ("torch-dp", 1), ("torch-single", 0), ("torch-single", 1)]
     for record in records:
         env = record["env"]
-        assert record["schema_version"] == 3 and env["load_1m_start"] >= 0
+        assert record["schema_version"] == SCHEMA_VERSION and env["load_1m_start"] >= 0
         assert env["load_1m_end"] >= 0
         other = env["other_cpu_s"]
         assert other >= 0 if Path("/proc/stat").exists() else other is None
