@@ -31,6 +31,11 @@ SPEED_CASES = [
     *({"backend": b, "devices": 2, "input": i} for b in ("torch-ddp", "tf-mirrored",
                                                          "paddle-spawn")
       for i in ("arrays", "native")),
+    # workers started by the 'spawn' method (mp.spawn's and paddle.distributed.spawn's
+    # children) against forked ones (torchrun's children)
+    *({"backend": b, "devices": 2, "input": "native", "loader_workers": 2, **launcher}
+      for b, launcher in (("torch-ddp", {}), ("torch-ddp", {"launcher": "spawn"}),
+                          ("paddle-spawn", {}))),
 ]
 UNEVEN = {"train_subset": 4095, "global_batch": 64, "epochs": 1}
 
@@ -41,7 +46,8 @@ def speed_claims(out: Path, repeats: int) -> str:
     cases = [{**case, **budget} for case in SPEED_CASES]
     for case, runs in zip(cases, round_robin(out, repeats, cases)):
         modes = modes_of(runs[0])
-        rows.append([case["backend"], runs[0]["world_size"], modes.input, modes.loader_workers,
+        rows.append([f"{case['backend']} [{runs[0]['launcher']}]", runs[0]["world_size"],
+                     modes.input, modes.loader_workers,
                      median(runs, lambda m: m["throughput"]),
                      median(runs, lambda m: m["step_time_ms"]["median"]),
                      median(runs, lambda m: 100 * m["input"]["wait_share"]),
