@@ -21,6 +21,7 @@ from .html_report import write_report
 from .lifetime import (Terminated, become_subreaper, handle_termination, private_tempdir,
                        remove_stale_tempdirs)
 from .modes import INPUTS, PRECISIONS
+from .optim import OPTIMIZERS
 from .profiling import DOCUMENT_KEY
 from .report import render
 from .results import check_folder, probe_file, probe_folder, save_record
@@ -35,17 +36,26 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     add("--launcher", help="torch-ddp: torchrun (default) or spawn")
     add("--dataset", help="synthetic (default), digits, cifar10, mnist")
     add("--data-dir", help="folder with the dataset's official files (cifar10, mnist)")
-    add("--model", help="resnet (default), resnet-nonorm, mlp")
+    add("--model", help="resnet (default), resnet-nonorm, mlp, vit (see parbench.spec)")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--epochs", type=int, help="training epochs (default 2)")
     budget.add_argument("--steps", type=int, help="training steps instead of epochs")
     batch = parser.add_mutually_exclusive_group()
     batch.add_argument("--global-batch", type=int, help="samples per step, all devices (128)")
     batch.add_argument("--per-device-batch", type=int, help="samples per step per device")
-    add("--lr", type=float, help="base learning rate (0.1)")
+    add("--optimizer", choices=OPTIMIZERS,
+        help="sgd (default: momentum, L2 decay on every tensor) or adamw (decoupled decay on "
+        "matrices and embeddings only); the rules are in parbench.optim")
+    add("--lr", type=float, help="base learning rate (sgd 0.1, adamw 0.001)")
     add("--lr-scaling", help="none (default) or linear: lr x global_batch / 128")
-    add("--momentum", type=float)
-    add("--weight-decay", type=float)
+    add("--momentum", type=float, help="sgd (0.9)")
+    add("--weight-decay", type=float, help="sgd 5e-4, adamw 0.05")
+    add("--beta1", type=float, help="adamw (0.9)")
+    add("--beta2", type=float, help="adamw (0.999)")
+    add("--eps", type=float, help="adamw (1e-8), added to the bias-corrected root")
+    add("--clip-grad-norm", type=float, metavar="C",
+        help="scale the global-batch gradient to norm C when its norm exceeds C (after the "
+        "devices' gradients are combined); the record counts the steps that clipped")
     add("--schedule", help="cosine (default) or constant")
     add("--warmup-steps", type=int)
     add("--seed", type=int)
@@ -196,7 +206,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown backend(s) {', '.join(unknown)}; see 'parbench list'")
     with private_tempdir("parbench-parity-") as folder:
         check = run_compile_parity if args.compile else run_parity
-        checks = check(frameworks, args.strategies, Path(folder))
+        checks = check(frameworks, args.strategies, Path(folder), family=args.model)
     rows = [[c.framework, c.check, f"{c.max_rel_diff:.2e}", f"{c.tolerance:.0e}",
              "ok" if c.ok else "OUT OF TOLERANCE"] for c in checks]
     print(tabulate(rows, headers=("compared", "check", "max rel diff", "tolerance", "result"),
@@ -270,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check only this framework (repeatable); default: all installed")
     parity.add_argument("--strategies", nargs="*", default=[], metavar="BACKEND",
                         help="also check these parallel backends on 2 devices vs single")
+    parity.add_argument("--model", choices=("resnet", "vit"), default="resnet",
+                        help="the model family: resnet (default: the CNN models, SGD) or vit "
+                        "(the transformer, AdamW with gradient clipping)")
     parity.add_argument("--compile", action="store_true",
                         help="instead: each single backend (and --strategies on 2 devices) "
                         "compiled against eager, 10 steps")

@@ -16,7 +16,7 @@ from .data import DATASET_NAMES, NEEDS_DATA_DIR
 from .devices import cpu_count, gpu_count
 from .netns import private_network_unavailable
 from .modes import INPUTS, PRECISIONS, Modes, refusal
-from .optim import SCHEDULES, OptimizerSpec, scaled_lr
+from .optim import OPTIMIZERS, SCHEDULES, OptimizerSpec, scaled_lr
 from .spec import MODEL_NAMES, build_spec
 
 
@@ -32,6 +32,13 @@ LAUNCHER_REFUSALS = {
 PROFILE_REFUSALS = {
     "tf-mirrored-keras": "Keras fit runs its own training loop, so parbench cannot time its "
     "steps by phase; profile tf-mirrored, the same strategy in a custom loop",
+}
+
+
+# What an optimizer option means when not given; an option of the other optimizer is an error.
+OPTIMIZER_DEFAULTS = {
+    "sgd": {"lr": 0.1, "weight_decay": 5e-4, "momentum": 0.9},
+    "adamw": {"lr": 1e-3, "weight_decay": 0.05, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8},
 }
 
 
@@ -51,10 +58,15 @@ class RunConfig:
     steps: int | None = None
     global_batch: int | None = None  # default 128 when neither batch option is given
     per_device_batch: int | None = None
-    lr: float = 0.1
+    optimizer: str = "sgd"  # sgd | adamw (see parbench.optim)
+    lr: float | None = None  # default: OPTIMIZER_DEFAULTS of the optimizer
     lr_scaling: str = "none"  # none | linear (lr * global_batch / 128)
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
+    momentum: float | None = None  # sgd (0.9)
+    weight_decay: float | None = None  # default: OPTIMIZER_DEFAULTS of the optimizer
+    beta1: float | None = None  # adamw (0.9)
+    beta2: float | None = None  # adamw (0.999)
+    eps: float | None = None  # adamw (1e-8)
+    clip_grad_norm: float | None = None  # clip the global-batch gradient's norm to this
     schedule: str = "cosine"
     warmup_steps: int = 0
     seed: int = 0
@@ -164,7 +176,8 @@ def _check_choices(cfg: RunConfig) -> None:
                                    (cfg.isolate_network, ISOLATION_CHOICES,
                                     "--isolate-network"),
                                    (cfg.precision, PRECISIONS, "--precision"),
-                                   (cfg.input, INPUTS, "--input")):
+                                   (cfg.input, INPUTS, "--input"),
+                                   (cfg.optimizer, OPTIMIZERS, "--optimizer")):
         if value not in choices:
             raise UsageError(f"{option} {value!r} is not one of {', '.join(choices)}")
     if cfg.dataset in NEEDS_DATA_DIR and cfg.data_dir is None:
@@ -172,8 +185,9 @@ def _check_choices(cfg: RunConfig) -> None:
     if cfg.data_dir is not None and not os.path.isdir(cfg.data_dir):
         raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory")
     for value, option in ((cfg.repeats, "--repeats"), (cfg.timeout, "--timeout"),
-                          (cfg.lr, "--lr")):
-        if value <= 0:
+                          (cfg.lr, "--lr"), (cfg.eps, "--eps"),
+                          (cfg.clip_grad_norm, "--clip-grad-norm")):
+        if value is not None and value <= 0:
             raise UsageError(f"{option} must be positive, got {value}")
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
@@ -222,8 +236,7 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
         steps = epochs * (train_size // global_batch)
     if steps is not None and steps < 1:
         raise UsageError(f"--steps/--epochs must give at least 1 step, got {steps}")
-    optimizer = OptimizerSpec(scaled_lr(cfg.lr, global_batch, cfg.lr_scaling), cfg.momentum,
-                              cfg.weight_decay, cfg.schedule, cfg.warmup_steps)
+    optimizer = _optimizer(cfg, global_batch)
     return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, epochs,
                 threads, optimizer, _isolation(cfg.isolate_network), cfg.profile, modes)
 
@@ -236,3 +249,26 @@ def _modes(cfg: RunConfig, backend: Backend, devices: int, per_device_batch: int
     if why:
         raise UsageError(why)
     return modes
+
+
+def optimizer_settings(cfg: RunConfig) -> dict:
+    """The optimizer's settings: the user's, else its defaults (lr before any scaling)."""
+    defaults = OPTIMIZER_DEFAULTS[cfg.optimizer]
+    for name, values in OPTIMIZER_DEFAULTS.items():
+        for key in sorted(set(values) - set(defaults)):
+            if getattr(cfg, key) is not None:
+                raise UsageError(f"--{key.replace('_', '-')} is an option of --optimizer "
+                                 f"{name}, not of {cfg.optimizer}")
+    settings = {key: default if getattr(cfg, key) is None else getattr(cfg, key)
+                for key, default in defaults.items()}
+    for key in ("beta1", "beta2"):
+        if key in settings and not 0 <= settings[key] < 1:
+            raise UsageError(f"--{key} must be in [0, 1), got {settings[key]}")
+    return settings
+
+
+def _optimizer(cfg: RunConfig, global_batch: int) -> OptimizerSpec:
+    settings = optimizer_settings(cfg)
+    settings["lr"] = scaled_lr(settings["lr"], global_batch, cfg.lr_scaling)
+    return OptimizerSpec(schedule=cfg.schedule, warmup_steps=cfg.warmup_steps,
+                         name=cfg.optimizer, clip_grad_norm=cfg.clip_grad_norm, **settings)

@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .batches import steps_per_epoch
-from .config import Plan, RunConfig, UsageError, resolve
+from .config import Plan, RunConfig, UsageError, optimizer_settings, resolve
 from .data import Dataset, DatasetError, load_dataset
 from .envinfo import machine_env
 from .exits import first_failure, how, write_exit
@@ -56,9 +56,9 @@ def spec_hash(spec: ModelSpec, dataset: Dataset, plan: Plan, cfg: RunConfig) -> 
     fixed -- not the backend, device count or threads, which are what a comparison varies.
     With --per-device-batch the user fixed the batch per device (weak scaling), so that, the
     epochs and the lr rule are hashed instead of the global batch, steps and scaled lr."""
-    optimizer = asdict(plan.optimizer)
+    optimizer = plan.optimizer.as_dict()
     if plan.batch_mode == "per-device":
-        optimizer["lr"] = cfg.lr
+        optimizer["lr"] = optimizer_settings(cfg)["lr"]
         training = {"per_device_batch": plan.per_device_batch, "epochs": cfg.epochs,
                     "steps": cfg.steps, "lr_scaling": cfg.lr_scaling}
     else:
@@ -285,7 +285,7 @@ def _record(prepared: Prepared, repeat: int, status: str, error: str | None,
         "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
         "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling,
         "steps": len(logs[0].step_s) if logs else plan.total_steps,
-        "optimizer": asdict(plan.optimizer), "dataset": cfg.dataset,
+        "optimizer": plan.optimizer.as_dict(), "dataset": cfg.dataset,
         "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": asdict(cfg),
         "variant": run_variant(plan), "modes": plan.modes.as_dict(), "metrics": metrics,
         "env": {**machine_env(plan.threads), **framework_env, **extra,

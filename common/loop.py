@@ -133,7 +133,8 @@ def evaluate_test_set(strategy: Strategy, data: Dataset, step: int, train_s: flo
 
 def check_modes(job: Job, strategy: Strategy) -> None:
     """After the first step: fail the run when a mode asked for did not take effect."""
-    check_observed(job.run_modes, strategy.observed())
+    check_observed(job.run_modes, strategy.observed(),
+                   clips=job.optimizer_spec.clip_grad_norm is not None)
 
 
 def open_feed(job: Job, strategy: Strategy, data: Dataset) -> Feed:

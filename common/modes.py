@@ -135,11 +135,17 @@ class Observed:
     compiled_graphs: int | None = None  # graphs the compiler produced (None: not compiled)
     sync_bn_layers: int = 0  # BatchNorm layers that reduce statistics across replicas
     micro_batches: int = 1  # backward passes in the first optimizer step
+    # --clip-grad-norm: steps so far whose global-batch gradient norm exceeded the limit
+    # (None: the step does not clip)
+    clipped_steps: int | None = None
 
 
-def check_observed(modes: Modes, seen: Observed) -> None:
-    """Raise when a mode did not take effect (the run is then recorded as failed)."""
+def check_observed(modes: Modes, seen: Observed, clips: bool = False) -> None:
+    """Raise when a mode (or ``clips``: --clip-grad-norm) did not take effect (the run is then
+    recorded as failed)."""
     problems = []
+    if clips and seen.clipped_steps is None:
+        problems.append("--clip-grad-norm is set but the step did not clip")
     expected = COMPUTE_DTYPES[modes.precision]
     if seen.compute_dtype != expected:
         problems.append(f"--precision {modes.precision} expects {expected} activations, the "

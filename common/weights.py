@@ -13,28 +13,30 @@ from pathlib import Path
 
 import numpy as np
 
-from .spec import ModelSpec, Param, parameters
+from .spec import ROLE_RULES, ModelSpec, Role, parameters
 
 
-def _draw(rng: np.random.Generator, param: Param, fan_in: int) -> np.ndarray:
-    if param.role == "conv":
-        return rng.normal(0.0, np.sqrt(2.0 / fan_in), param.shape)  # He normal, for ReLU nets
-    if param.role in ("dense", "dense_bias"):
-        bound = 1.0 / np.sqrt(fan_in)  # torch's nn.Linear default, for weight and bias alike
-        return rng.uniform(-bound, bound, param.shape)
-    if param.role in ("bn_gamma", "bn_var"):
-        return np.ones(param.shape)
-    return np.zeros(param.shape)  # conv_bias, bn_beta, bn_mean
+INITIALISERS = {
+    "he_normal": lambda rng, shape, fan_in: rng.normal(0.0, np.sqrt(2.0 / fan_in), shape),
+    # torch's nn.Linear default, for weight and bias alike
+    "fan_in_uniform": lambda rng, shape, fan_in: rng.uniform(-1 / np.sqrt(fan_in),
+                                                             1 / np.sqrt(fan_in), shape),
+    "normal_002": lambda rng, shape, fan_in: rng.normal(0.0, 0.02, shape),  # ViT embeddings
+    "ones": lambda rng, shape, fan_in: np.ones(shape),
+    "zeros": lambda rng, shape, fan_in: np.zeros(shape),
+}
 
 
 def initial_weights(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
-    """The canonical weights of ``spec`` for ``seed``, float32, in canonical order."""
+    """The canonical weights of ``spec`` for ``seed``, float32, in canonical order; each
+    tensor drawn by its role's initialiser (parbench.spec.ROLE_RULES)."""
     rng = np.random.default_rng([seed, 0x5EED])
     weights, fan_in = {}, 1
     for name, param in parameters(spec).items():
-        if param.role in ("conv", "dense"):
+        if param.role in (Role.CONV_WEIGHT, Role.DENSE_WEIGHT):
             fan_in = int(np.prod(param.shape[1:]))  # a bias follows its kernel: same fan-in
-        weights[name] = _draw(rng, param, fan_in).astype(np.float32)
+        draw = INITIALISERS[ROLE_RULES[param.role].init]
+        weights[name] = draw(rng, param.shape, fan_in).astype(np.float32)
     return weights
 
 
