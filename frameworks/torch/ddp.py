@@ -60,9 +60,10 @@ class DistributedDataParallelStrategy:
             self.module = nn.SyncBatchNorm.convert_sync_batchnorm(self.module)
         ddp = DDP(self.module, device_ids=[rank] if cuda else None)
         self.model = torch.compile(ddp) if self.modes.compile else ddp
-        self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
+        self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
         self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
-                                 self.modes, no_sync=ddp.no_sync)
+                                 self.modes, no_sync=ddp.no_sync,
+                                 clip=job.optimizer_spec.clip_grad_norm)
         # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
         self.rank, self.num_processes = rank, job.world_size
 
@@ -72,7 +73,8 @@ class DistributedDataParallelStrategy:
         return distributed_feed(job, data, self.device, self.rank)
 
     # --- step: gradients are all-reduced (averaged) inside backward(); with --grad-accum, only
-    # in the last micro-batch's backward (DDP's no_sync around the others)
+    # in the last micro-batch's backward (DDP's no_sync around the others); --clip-grad-norm
+    # clips after that backward, so every rank takes the norm of the same averaged gradient
     def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 

@@ -54,9 +54,9 @@ class DataParallelStrategy:
         self.model = nn.DataParallel(
             runtime.AutocastForward(self.module, self.devices[0], self.modes.precision),
             device_ids=ids)
-        self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
+        self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
         self.step = runtime.Step(self.model, self.module, self.optimizer, self.devices[0],
-                                 self.modes)
+                                 self.modes, clip=job.optimizer_spec.clip_grad_norm)
         # --- data shard: the one process feeds the whole global batch; DataParallel splits it
         self.rank, self.num_processes = 0, 1
 
@@ -66,7 +66,8 @@ class DataParallelStrategy:
         return random_feed(job, data, self.devices[0], devices=len(self.devices))
 
     # --- step: inputs go to device 0, DataParallel scatters them; the loss on the gathered
-    # outputs runs under Step's own autocast, in the caller's thread
+    # outputs runs under Step's own autocast, in the caller's thread; backward reduces the
+    # replicas' gradients onto device 0's module, where --clip-grad-norm clips their sum
     def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 

@@ -6,13 +6,16 @@ are chosen to equal the canonical names, so loading is a plain ``load_state_dict
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
 
 import numpy as np
 import torch
 from torch import nn
 
-from parbench.spec import MLPSpec, ModelSpec, ResNetSpec, resnet_blocks
+from parbench.spec import MLPSpec, ModelSpec, ResNetSpec, kind_of, resnet_blocks
+
+from .vit import ViT
 
 
 class ConvNorm(nn.Module):
@@ -69,9 +72,17 @@ class MLP(nn.Module):
         return self.head(x)
 
 
+# One builder per model kind (parbench.spec.KINDS); a kind missing here is an error.
+BUILDERS: dict[str, Callable[[ModelSpec], nn.Module]] = {"resnet": ResNet, "mlp": MLP,
+                                                        "vit": ViT}
+
+
 def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Module:
     """The spec's model holding the canonical ``weights``."""
-    model = ResNet(spec) if isinstance(spec, ResNetSpec) else MLP(spec)
+    kind_of(spec)  # an unknown kind: ValueError naming the known ones
+    if spec.kind not in BUILDERS:
+        raise ValueError(f"torch has no builder for model kind {spec.kind!r}")
+    model = BUILDERS[spec.kind](spec)
     state = {name: torch.from_numpy(np.array(array)) for name, array in weights.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     # num_batches_tracked is torch bookkeeping, not part of the spec
@@ -84,10 +95,15 @@ def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Module:
 
 def first_layer(model: nn.Module) -> nn.Module:
     """The layer whose output dtype shows the precision a run computes in: the stem conv of the
-    resnet, the first Linear of the MLP (its head when it has no hidden layer)."""
+    resnet, the patch conv of the ViT, the first Linear of the MLP (its head when it has no
+    hidden layer)."""
     if isinstance(model, ResNet):
         return model.stem.conv
-    return model.hidden[0] if len(model.hidden) else model.head
+    if isinstance(model, ViT):
+        return model.patch
+    if isinstance(model, MLP):
+        return model.hidden[0] if len(model.hidden) else model.head
+    raise TypeError(f"no first layer known for {type(model).__name__}")
 
 
 def export_weights(model: nn.Module) -> dict[str, np.ndarray]:

@@ -68,7 +68,8 @@ class StepProfiler:
             "forward": "inputs to the device, forward pass, cross-entropy loss",
             "backward": "zero_grad and loss.backward()" + (
                 ", including the wait for every bucket's all-reduce" if self.ddp else ""),
-            "optimizer": "optimizer.step() (SGD with momentum and weight decay)",
+            "optimizer": ("clip_grad_norm_, then " if train.clip is not None else "")
+            + f"optimizer.step() ({type(self.optimizer).__name__})",
             "communication": DDP_COMMUNICATION if self.ddp else communication,
             "step": "forward + backward + optimizer, one wall-clock span"}
         self.notes = [*(DDP_NOTES if self.ddp else []),
@@ -105,6 +106,7 @@ class StepProfiler:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # under DDP it returns after every bucket's future completed
         backward = self._now()
+        self.train.clip_gradients()  # --clip-grad-norm, as the unprofiled step does
         self.optimizer.step()
         end = self._now()
         self.train.record_first(1)  # when the profiled window starts at step 0

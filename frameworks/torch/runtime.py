@@ -16,6 +16,7 @@ from parbench.devices import physical_gpu
 from parbench.job import Job
 from parbench.modes import Modes, Observed
 from parbench.optim import OptimizerSpec
+from parbench.spec import ModelSpec, parameters
 
 from .model import first_layer
 
@@ -30,6 +31,29 @@ def sgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.SGD:
     """torch's SGD is the shared update rule exactly (see parbench.optim)."""
     return torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum,
                            weight_decay=spec.weight_decay)
+
+
+def adamw(model: nn.Module, spec: OptimizerSpec, model_spec: ModelSpec) -> torch.optim.AdamW:
+    """torch's AdamW is the shared rule (parbench.optim is written from it); the decay mask is
+    two param groups, split by ``Param.decays`` of each tensor's canonical name (the module's
+    parameter names are the canonical names)."""
+    decays = {name: param.decays for name, param in parameters(model_spec).items()}
+    groups: dict[bool, list[nn.Parameter]] = {True: [], False: []}
+    for name, tensor in model.named_parameters():
+        groups[decays[name]].append(tensor)  # a name outside the spec: KeyError, not a guess
+    return torch.optim.AdamW(
+        [{"params": groups[True], "weight_decay": spec.weight_decay},
+         {"params": groups[False], "weight_decay": 0.0}],
+        lr=spec.lr, betas=(spec.beta1, spec.beta2), eps=spec.eps)
+
+
+OPTIMIZERS = {"sgd": lambda model, spec, model_spec: sgd(model, spec), "adamw": adamw}
+
+
+def optimizer(model: nn.Module, spec: OptimizerSpec,
+              model_spec: ModelSpec) -> torch.optim.Optimizer:
+    """The run's optimizer (--optimizer) over ``model``'s parameters."""
+    return OPTIMIZERS[spec.name](model, spec, model_spec)
 
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -91,16 +115,25 @@ class Step:
     forward and backward of the first K-1 micro-batches, so gradients are all-reduced once, in
     the last backward. With fp16, GradScaler scales every micro-batch's loss by the same factor
     and unscales, checks and updates once per optimizer step.
+
+    ``clip`` (--clip-grad-norm) clips once per optimizer step, after every micro-batch's
+    backward (so after DDP's all-reduce: the norm of the averaged, global-batch gradient) and
+    after GradScaler's unscale (the norm of the true gradient, not the scaled one).
     """
 
-    def __init__(self, model: nn.Module, module: nn.Module, optimizer: torch.optim.SGD,
+    def __init__(self, model: nn.Module, module: nn.Module, optimizer: torch.optim.Optimizer,
                  device: torch.device, modes: Modes,
-                 no_sync: Callable[[], AbstractContextManager] = nullcontext):
+                 no_sync: Callable[[], AbstractContextManager] = nullcontext,
+                 clip: float | None = None):
         self.model, self.module, self.optimizer, self.device = model, module, optimizer, device
-        self.modes, self.no_sync = modes, no_sync
+        self.modes, self.no_sync, self.clip = modes, no_sync, clip
         self.scaler = torch.amp.GradScaler(device.type, enabled=modes.precision == "fp16")
         self.probe = DtypeProbe(first_layer(module))
         self.first: tuple[str, int] | None = None  # step 0's (compute dtype, micro-batches)
+        # steps whose gradient norm exceeded ``clip``, counted on the device (no host sync per
+        # step); None until a step has clipped, so a step path that skips clip_gradients shows
+        # in Observed and fails the run
+        self.clipped: torch.Tensor | None = None
 
     def __call__(self, x: Rows, y: Rows, lr: float) -> float:
         for group in self.optimizer.param_groups:
@@ -119,10 +152,18 @@ class Step:
                     loss = F.cross_entropy(self.model(x_part), y_part) / parts
                 self.scaler.scale(loss).backward()
             total += loss.detach()
+        self.clip_gradients()
         self.scaler.step(self.optimizer)  # skipped when fp16 gradients overflowed
         self.scaler.update()
         self.record_first(len(micro))
         return total.item()
+
+    def clip_gradients(self) -> None:
+        """--clip-grad-norm, once per optimizer step; counts the steps it shrank."""
+        if self.clip is None:
+            return
+        shrunk = clip_global_norm(self.module, self.optimizer, self.scaler, self.clip)
+        self.clipped = shrunk if self.clipped is None else self.clipped + shrunk
 
     def record_first(self, micro_batches: int) -> None:
         """Keep step 0's compute dtype and micro-batch count (the profiler may take step 0)."""
@@ -136,7 +177,23 @@ class Step:
                         compiled_graphs=compiled_graphs() if self.modes.compile else None,
                         sync_bn_layers=sum(isinstance(layer, nn.SyncBatchNorm)
                                            for layer in self.module.modules()),
-                        micro_batches=micro_batches)
+                        micro_batches=micro_batches,
+                        clipped_steps=None if self.clipped is None else int(self.clipped))
+
+
+def clip_global_norm(module: nn.Module, optimizer: torch.optim.Optimizer,
+                     scaler: torch.amp.GradScaler, max_norm: float) -> torch.Tensor:
+    """Clip the gradient the step is about to apply to ``max_norm`` by its global L2 norm;
+    1 (a device tensor: no host sync) when it was shrunk, else 0.
+
+    Called after the last backward: under DDP the gradients are then the all-reduced average
+    on every rank, so each rank takes the norm of the global-batch gradient and scales by the
+    same coefficient. clip_grad_norm_ multiplies by min(1, max_norm / (norm + 1e-6)), the
+    rule's formula. fp16: unscale first, or the norm is the loss scale's times the true one; an
+    overflowed step's norm is inf/nan, GradScaler skips that step, so it is not counted."""
+    scaler.unscale_(optimizer)  # a no-op unless fp16
+    norm = nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+    return ((norm > max_norm) & norm.isfinite()).long()
 
 
 def dtype_name(dtype: torch.dtype | None) -> str:

@@ -24,14 +24,15 @@ class SingleDevice:
         runtime.setup_threads(job)
         self.device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
         runtime.reset_peak_memory([self.device])
-        # --- model: canonical weights, the shared SGD rule; --compile compiles the module
+        # --- model: canonical weights, the run's optimizer (SGD or AdamW, the shared rules);
+        # --compile compiles the module
         weights = load_weights(job.weights_path)
         self.module = build_model(job.spec, weights).to(self.device)
         self.modes = job.run_modes
         self.model = torch.compile(self.module) if self.modes.compile else self.module
-        self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
+        self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
         self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
-                                 self.modes)
+                                 self.modes, clip=job.optimizer_spec.clip_grad_norm)
         # --- data shard: the one process reads every row of each global batch
         self.rank, self.num_processes = 0, 1
 
@@ -40,7 +41,7 @@ class SingleDevice:
     def native_feed(self, job: Job, data: Dataset) -> Feed:
         return random_feed(job, data, self.device, devices=1)
 
-    # --- step: autocast, loss scaling and micro-batches live in runtime.Step
+    # --- step: autocast, loss scaling, micro-batches and clipping live in runtime.Step
     def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 
