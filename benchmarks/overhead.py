@@ -68,13 +68,14 @@ def bare_torch(steps: int, threads: int) -> list[float]:
 def bare_tensorflow(steps: int, threads: int) -> list[float]:
     from parbench.frameworks.tensorflow import runtime
     from parbench.frameworks.tensorflow.model import build_model
+    from parbench.frameworks.tensorflow.optimizers import make_optimizer
     from parbench.frameworks.tensorflow.runtime import tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     spec, weights, feed = batches(steps)
     model = build_model(spec, weights)
-    optimizer = runtime.sgd(model, OptimizerSpec())  # the shared rule (Keras' SGD differs)
+    optimizer = make_optimizer(model, spec, OptimizerSpec())  # the shared rule (Keras' differs)
 
     @tf.function
     def step(x, y, lr):

@@ -9,8 +9,9 @@ Each step the process reads the whole global batch and feeds replica r exactly r
 ``shard_slice(B, N, r)`` (``experimental_distribute_values_from_function``), not a split TF
 chooses (with --input native a ``tf.data`` pipeline feeds the replicas instead, input.py).
 Each replica's loss is its shard's sum over the *global* batch (``tf.nn.compute_average_loss``);
-the optimizer sums gradients across replicas and applies the shared SGD rule to every copy;
-``strategy.reduce`` sums the losses to the global-batch mean.
+the optimizer sums gradients across replicas, clips the sum (--clip-grad-norm) and applies
+the shared rule (SGD or AdamW, optimizers.py) to every copy; ``strategy.reduce`` sums the
+losses to the global-batch mean.
 BatchNorm normalises each shard with its own statistics (as torch DDP does without
 SyncBatchNorm) and keeps replica 0's running statistics (as DDP's buffer broadcast does);
 with --sync-bn it normalises with the global batch's, all-reduced across replicas.
@@ -31,6 +32,7 @@ from parbench.weights import load_weights
 from . import runtime
 from .input import TFDataFeed
 from .model import build_model, export_weights
+from .optimizers import make_optimizer
 from .profile import StepProfiler
 from .runtime import tf
 
@@ -51,7 +53,8 @@ class Mirrored:
         runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
             self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
-            self.optimizer = runtime.sgd(self.model, job.optimizer_spec, modes.precision)
+            self.optimizer = make_optimizer(self.model, self.spec, job.optimizer_spec,
+                                            modes.precision)
         self.devices = runtime.checked_replica_devices(self.strategy, self.model)
         runtime.reset_peak_memory(self.devices)
         self.step = runtime.TrainStep(self.strategy, self.model, self.optimizer,
@@ -91,7 +94,8 @@ class Mirrored:
 
     # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
     def observed(self) -> Observed:
-        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches)
+        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches,
+                                self.optimizer)
 
     # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
     def profiler(self) -> StepProfiler:

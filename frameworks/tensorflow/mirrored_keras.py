@@ -21,6 +21,9 @@ What fit changes, and how the contract still holds:
 * Loss: Keras' own (each replica's shard mean divided by N, what the custom loop computes
   as the shard's sum over the global batch). The train step is Keras' default, except that it
   reports each step's loss; the default reports the epoch's running mean.
+* Optimizer: the custom loops' shared rule, passed to ``compile``; its --clip-grad-norm clips
+  the replicas' *summed* gradient inside the optimizer's cross-replica sum, where Keras' own
+  ``global_clipnorm`` would clip each replica's part before the sum (optimizers.py).
 * Bookkeeping: fit owns the loop, so ``run_worker`` cannot drive it. A callback does per step
   what ``run_worker`` does (fault injection, timings, losses, progress, evaluation at every
   epoch end with the loop's own ``evaluate_test_set``) and the loop's ``write_rank_log``
@@ -62,6 +65,7 @@ from parbench.weights import load_weights
 from . import runtime
 from .input import TFDataFeed
 from .model import build_model, export_weights
+from .optimizers import make_optimizer
 from .runtime import keras, tf
 
 FIT_TIMING_NOTE = ("Keras fit: fit takes each batch from its tf.data pipeline inside the compiled "
@@ -161,18 +165,19 @@ class MirroredKeras:
         self.total = run_length(job, self.feed)
         self.dataset = self.feed.distributed if isinstance(self.feed, TFDataFeed) else \
             self.strategy.distribute_datasets_from_function(self._contract_pipeline)
-        # --- model: compiled in the scope with the shared SGD rule and the common schedule
+        # --- model: compiled in the scope with the shared rule (clipping the replicas' summed
+        # gradient, as the custom loops do) and the common schedule
         self.spec, modes = job.spec, job.run_modes
         runtime.set_precision(modes.precision)  # before the layers are created
         rates = [lr_at(step, self.total, job.optimizer_spec) for step in range(self.total)]
         with self.strategy.scope():
             self.net = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
-            optimizer = runtime.sgd(self.net, job.optimizer_spec, modes.precision,
-                                    StepRates(rates))
+            self.optimizer = make_optimizer(self.net, self.spec, job.optimizer_spec,
+                                            modes.precision, StepRates(rates))
             self.probe = FeedProbe(job.global_batch // job.world_size)
-            self.model = StepLossModel(self.net, optimizer, modes.compile, self.probe)
+            self.model = StepLossModel(self.net, self.optimizer, modes.compile, self.probe)
             self.model.compile(
-                optimizer=optimizer,
+                optimizer=self.optimizer,
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 # fit's own XLA would compile the optimizer too: StepLossModel compiles less
                 jit_compile=False, steps_per_execution=1)
@@ -233,7 +238,7 @@ class MirroredKeras:
     # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
     def observed(self) -> Observed:
         # one backward pass per batch: fit applies the optimizer on each (no accumulation)
-        return runtime.observed(self.net, self.model.gradients, 1)
+        return runtime.observed(self.net, self.model.gradients, 1, self.optimizer)
 
     # --- teardown: nothing to release
     def teardown(self) -> None:

@@ -1,5 +1,6 @@
 """Builds the spec's model as a Keras 3 model (TensorFlow backend) and moves canonical weights
-in and out.
+in and out. The ResNet and the MLP are here, the vision transformer in vit.py; ``BUILDERS``
+picks one by ``spec.kind``.
 
 Layouts differ from the canonical ones and are converted on load and export: conv kernels are
 HWIO here (OIHW canonical), dense kernels [in, out] (canonical [out, in]). The ResNet takes the
@@ -21,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from .runtime import SUM, keras, tf
-from parbench.spec import BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, parameters, \
-    resnet_blocks
+from parbench.spec import BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, Role, kind_of, \
+    parameters, resnet_blocks
 
 
 class TorchBatchNorm(keras.layers.Layer):
@@ -209,16 +210,32 @@ class MLP(RecordingModel):
         return {**named, **_dense_variables(self.head, "head")}
 
 
-def to_tf_layout(array: np.ndarray, role: str) -> np.ndarray:
-    if role == "conv":
-        return array.transpose(2, 3, 1, 0)  # OIHW -> HWIO
-    return array.T if role == "dense" else array  # [out, in] -> [in, out]
+# Canonical -> TF layout per role; roles not listed (biases, norms, embeddings) are the same
+TO_TF = {Role.CONV_WEIGHT: (2, 3, 1, 0),  # OIHW -> HWIO
+         Role.DENSE_WEIGHT: (1, 0)}  # [out, in] -> [in, out]
+TO_CANONICAL = {Role.CONV_WEIGHT: (3, 2, 0, 1), Role.DENSE_WEIGHT: (1, 0)}
 
 
-def to_canonical_layout(array: np.ndarray, role: str) -> np.ndarray:
-    if role == "conv":
-        return array.transpose(3, 2, 0, 1)  # HWIO -> OIHW
-    return array.T if role == "dense" else array
+def to_tf_layout(array: np.ndarray, role: Role | str) -> np.ndarray:
+    axes = TO_TF.get(Role(role))  # Role(): a plain "conv" finds its member too
+    return array if axes is None else array.transpose(axes)
+
+
+def to_canonical_layout(array: np.ndarray, role: Role | str) -> np.ndarray:
+    axes = TO_CANONICAL.get(Role(role))
+    return array if axes is None else array.transpose(axes)
+
+
+def _vit(spec, sync_bn: bool) -> RecordingModel:
+    from .vit import ViT  # vit.py builds on RecordingModel above: imported when asked for
+
+    return ViT(spec)  # no BatchNorm: --sync-bn is refused for it before anything starts
+
+
+# One builder per model kind (parbench.spec.KINDS); a kind missing here is an error.
+BUILDERS = {"resnet": lambda spec, sync_bn: ResNet(spec, sync_bn),
+            "mlp": lambda spec, sync_bn: MLP(spec),
+            "vit": _vit}
 
 
 def build_model(spec: ModelSpec, weights: dict[str, np.ndarray],
@@ -227,7 +244,10 @@ def build_model(spec: ModelSpec, weights: dict[str, np.ndarray],
     so that its variables are the strategy's (mirrored) variables, and after setting the
     precision policy (layers take the policy in force when they are created). ``sync_bn``:
     BatchNorm statistics over all replicas."""
-    model = ResNet(spec, sync_bn) if isinstance(spec, ResNetSpec) else MLP(spec)
+    kind_of(spec)  # an unknown kind: ValueError naming the known ones
+    if spec.kind not in BUILDERS:
+        raise ValueError(f"TensorFlow has no builder for model kind {spec.kind!r}")
+    model = BUILDERS[spec.kind](spec, sync_bn)
     model(np.zeros((1, *spec.input_shape), np.float32))  # creates the variables
     named, expected = model.canonical_variables(), parameters(spec)
     if set(named) != set(weights) or set(named) != set(expected):

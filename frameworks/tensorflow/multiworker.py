@@ -33,6 +33,7 @@ if cluster.worker_index() is not None:  # the supervising process never imports 
     from . import runtime
     from .input import TFDataFeed
     from .model import build_model, export_weights
+    from .optimizers import make_optimizer
     from .profile import StepProfiler
     from .runtime import tf
 
@@ -52,7 +53,8 @@ class MultiWorker:
         runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
             self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
-            self.optimizer = runtime.sgd(self.model, job.optimizer_spec, modes.precision)
+            self.optimizer = make_optimizer(self.model, self.spec, job.optimizer_spec,
+                                            modes.precision)
         self.devices = runtime.checked_replica_devices(self.strategy, self.model)
         runtime.reset_peak_memory(self.devices)
         self.step = runtime.TrainStep(self.strategy, self.model, self.optimizer,
@@ -92,7 +94,8 @@ class MultiWorker:
 
     # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
     def observed(self) -> Observed:
-        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches)
+        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches,
+                                self.optimizer)
 
     # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
     def profiler(self) -> StepProfiler:

@@ -38,7 +38,8 @@ INCLUDES = {
                 "estimate by subtraction",
     "optimizer": "T(real step) - T(forward + loss + gradients) - T(communication), clamped at "
                  "0: an estimate by subtraction; also holds the step's call overhead, the "
-                 "learning-rate assignment and the loss reduction",
+                 "learning-rate assignment, the loss reduction and, with --clip-grad-norm, "
+                 "the global norm and the scaling",
     "step": "T(real step): the compiled train step, as the loop runs it",
 }
 ALL_REDUCE = ("T(all-reduce of tensors shaped like the gradients) through the strategy's "

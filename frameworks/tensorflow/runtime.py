@@ -22,7 +22,6 @@ from parbench.batches import shard_slice  # noqa: E402
 from parbench.devices import physical_gpu  # noqa: E402
 from parbench.job import Job  # noqa: E402
 from parbench.modes import Modes, Observed  # noqa: E402
-from parbench.optim import OptimizerSpec  # noqa: E402
 
 SUM = tf.distribute.ReduceOp.SUM
 Splitter = Callable[[int, int, int], slice]  # (rows, parts, part) -> rows of that part
@@ -72,30 +71,6 @@ def checked_replica_devices(strategy: tf.distribute.Strategy, model: keras.Model
     return devices
 
 
-class SharedSGD(keras.optimizers.Optimizer):
-    """parbench.optim's rule (torch SGD): ``buf = m * buf + (g + wd * p); p -= lr * buf``.
-    Keras' SGD keeps ``v = m * v - lr * g`` instead, which differs once lr changes, and its
-    weight decay is decoupled. Under a strategy, Keras' optimizer base sums the replicas'
-    gradients and applies this update on every replica's copy."""
-
-    def __init__(self, momentum: float, weight_decay: float, learning_rate=0.0):
-        super().__init__(learning_rate=learning_rate, name="shared_sgd")
-        self.momentum, self.coupled_weight_decay = momentum, weight_decay
-
-    def build(self, variables: list) -> None:
-        if self.built:
-            return
-        super().build(variables)
-        self.buffers = self.add_optimizer_variables(variables, "momentum_buffer")
-
-    def update_step(self, gradient: tf.Tensor, variable, learning_rate) -> None:
-        buf = self.buffers[self._get_variable_index(variable)]
-        lr = tf.cast(learning_rate, variable.dtype)
-        gradient = gradient + self.coupled_weight_decay * variable
-        self.assign(buf, self.momentum * buf + gradient)
-        self.assign_sub(variable, lr * buf)
-
-
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
@@ -103,22 +78,6 @@ def set_precision(precision: str) -> None:
     """--precision as Keras' global dtype policy. Layers take the policy in force when they are
     created, so this runs before the model is built; mixed policies keep float32 variables."""
     keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
-
-
-def sgd(model: keras.Model, spec: OptimizerSpec, precision: str = "fp32",
-        learning_rate=None) -> keras.optimizers.Optimizer:
-    """The shared rule, its buffers created now: call inside the strategy's scope, so they are
-    mirrored like the weights (a first build inside a compiled step would be in replica
-    context, where variables cannot be created). ``learning_rate``: a schedule for fit; the
-    custom loops assign each step's rate instead. fp16: wrapped in Keras' dynamic loss scaling
-    (``scale_loss`` before the gradient, ``apply`` unscales, skips a step whose gradients are
-    not finite and halves the scale); bf16 has float32's range and needs none."""
-    optimizer = SharedSGD(spec.momentum, spec.weight_decay,
-                          spec.lr if learning_rate is None else learning_rate)
-    if precision == "fp16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    optimizer.build(model.trainable_variables)
-    return optimizer
 
 
 def per_example_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
@@ -231,12 +190,15 @@ def replica_rows(strategy: tf.distribute.Strategy, rows):
     return distribute(strategy, rows, shard_slice) if isinstance(rows, np.ndarray) else rows
 
 
-def observed(model: keras.Model, gradients: GradientFunction, micro_batches: int) -> Observed:
+def observed(model: keras.Model, gradients: GradientFunction, micro_batches: int,
+             optimizer: keras.optimizers.Optimizer) -> Observed:
     """What the traced training step really did (see parbench.modes)."""
     synchronized = [bn for bn in model.batchnorms() if bn.reduced_over is not None]
     return Observed(compute_dtype=model.first_output_dtype or "not traced",
                     compiled_graphs=gradients.compiled_graphs,
-                    sync_bn_layers=len(synchronized), micro_batches=micro_batches)
+                    sync_bn_layers=len(synchronized), micro_batches=micro_batches,
+                    # the shared rule, inside a LossScaleOptimizer under fp16
+                    clipped_steps=getattr(optimizer, "inner_optimizer", optimizer).clipped())
 
 
 def make_eval_step(strategy: tf.distribute.Strategy, model: keras.Model) -> Callable:

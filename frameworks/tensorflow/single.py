@@ -17,6 +17,7 @@ from parbench.weights import load_weights
 from . import runtime
 from .input import TFDataFeed
 from .model import build_model, export_weights
+from .optimizers import make_optimizer
 from .profile import StepProfiler
 from .runtime import tf
 
@@ -26,12 +27,13 @@ class SingleDevice:
     def __init__(self, job: Job):
         self.threads = runtime.setup_threads(job)
         self.strategy = tf.distribute.OneDeviceStrategy(runtime.configure_devices(0, 1)[0])
-        # --- model: canonical weights, the shared SGD rule
+        # --- model: canonical weights, the shared optimizer rule (--optimizer, --clip-grad-norm)
         self.spec, modes = job.spec, job.run_modes
         runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
             self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
-            self.optimizer = runtime.sgd(self.model, job.optimizer_spec, modes.precision)
+            self.optimizer = make_optimizer(self.model, self.spec, job.optimizer_spec,
+                                            modes.precision)
         self.devices = runtime.checked_replica_devices(self.strategy, self.model)
         runtime.reset_peak_memory(self.devices)
         self.step = runtime.TrainStep(self.strategy, self.model, self.optimizer,
@@ -70,7 +72,8 @@ class SingleDevice:
 
     # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
     def observed(self) -> Observed:
-        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches)
+        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches,
+                                self.optimizer)
 
     # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
     def profiler(self) -> StepProfiler:
