@@ -19,7 +19,7 @@ from parbench.job import Job
 from parbench.modes import Observed
 from parbench.weights import load_weights
 
-from . import runtime
+from . import optim, runtime
 from .input import LoaderFeed, distributed_feed
 from .model import build_model, export_weights, model_notes
 from .modes import ModelModes
@@ -45,8 +45,10 @@ class DataParallelStrategy:
         self.modes = job.run_modes
         self.model_modes = ModelModes(self.module, self.modes, replicas=job.world_size)
         self.model = paddle.DataParallel(self.module)
-        self.optimizer = runtime.sgd(self.module, job.optimizer_spec)
-        self.step = runtime.TrainStep(self.model, self.optimizer, self.modes)
+        self.optimizer = optim.make_optimizer(self.module, job.optimizer_spec, job.spec)
+        # clipping after backward sees the averaged gradients: the global batch's norm
+        self.step = runtime.TrainStep(self.model, self.optimizer, self.modes,
+                                      optim.clipper(self.module, job.optimizer_spec))
         self.notes = model_notes(job.spec) + self.model_modes.notes + ([] if self.grouped else [
             "one process: Paddle sets up no process group, DataParallel passes through"])
         # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
@@ -58,7 +60,8 @@ class DataParallelStrategy:
         return distributed_feed(job, data, self.rank)
 
     # --- step: gradients are all-reduced (averaged) inside backward(); with --grad-accum only
-    # in the last micro-batch's (DataParallel.no_sync for the others)
+    # in the last micro-batch's (DataParallel.no_sync for the others); --clip-grad-norm clips
+    # after that, every rank the same averaged gradients by the same norm
     def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
         return self.step(x, y, lr)
 
@@ -86,9 +89,10 @@ class DataParallelStrategy:
         return runtime.describe([self.device], self.notes,
                                 process_group=dist.get_backend() if self.grouped else None)
 
-    # --- modes: what --precision, --compile, --sync-bn and --grad-accum did on the first step
+    # --- modes: what --precision, --compile, --sync-bn and --grad-accum did on the first step,
+    # and how many steps --clip-grad-norm clipped
     def observed(self) -> Observed:
-        return self.model_modes.observed(self.step.micro_batches)
+        return self.model_modes.observed(self.step.micro_batches, self.step.clipped_steps)
 
     # --- profile: --profile's steps, timed by phase; the all-reduce stays inside backward
     def profiler(self) -> StepProfiler:

@@ -1,7 +1,8 @@
 """Builds the spec's model as a paddle.nn.Layer and moves canonical weights in and out.
 
-Layer names are chosen to equal the canonical names; three things differ from the canonical
-layout and are mapped here: ``nn.Linear`` stores its weight [in, out] (canonical [out, in]),
+Layer names are chosen to equal the canonical names (the vision transformer is in vit.py);
+three things differ from the canonical layout and are mapped here: ``nn.Linear`` stores its
+weight [in, out] (canonical [out, in]),
 BatchNorm calls its running statistics ``_mean`` / ``_variance``, and Paddle's BatchNorm
 follows a different convention than the spec (see ``BatchNorm``).
 """
@@ -13,7 +14,10 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from parbench.spec import BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, resnet_blocks
+from parbench.spec import (BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, kind_of, parameters,
+                           resnet_blocks)
+
+from .vit import ViT
 
 # Paddle's name of a BatchNorm running statistic -> the canonical name
 _STAT_NAMES = {"_mean": "running_mean", "_variance": "running_var"}
@@ -149,9 +153,14 @@ class MLP(nn.Layer):
         return self.head(x)
 
 
+# spec.kind -> the Layer that builds it
+BUILDERS: dict[str, type[nn.Layer]] = {"resnet": ResNet, "mlp": MLP, "vit": ViT}
+
+
 def first_layer(model: nn.Layer) -> nn.Layer:
     """The layer whose output dtype shows the precision the model computes in: the stem
-    convolution of the resnet, the first Linear of the MLP."""
+    convolution of the resnet, the first Linear of the MLP, the vit's patch convolution (each
+    model registers it first)."""
     return next(layer for layer in model.sublayers() if isinstance(layer, (nn.Conv2D, nn.Linear)))
 
 
@@ -182,8 +191,16 @@ def model_notes(spec: ModelSpec) -> list[str]:
 
 
 def _canonical_name(name: str) -> str:
-    prefix, _, last = name.rpartition(".")
-    return f"{prefix}.{_STAT_NAMES.get(last, last)}"
+    prefix, dot, last = name.rpartition(".")  # no dot: a top-level tensor (class_token)
+    return f"{prefix}{dot}{_STAT_NAMES.get(last, last)}"
+
+
+def decaying_parameters(model: nn.Layer, spec: ModelSpec) -> set[str]:
+    """Paddle's unique names (``linear_3.w_0``: what AdamW's apply_decay_param_fun is given)
+    of the parameters whose canonical tensor decays (parbench.spec.Param.decays)."""
+    canonical = parameters(spec)
+    return {param.name for name, param in model.named_parameters()
+            if canonical[_canonical_name(name)].decays}
 
 
 def _linear_weights(model: nn.Layer) -> set[str]:
@@ -194,7 +211,10 @@ def _linear_weights(model: nn.Layer) -> set[str]:
 
 def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Layer:
     """The spec's model holding the canonical ``weights``."""
-    model = ResNet(spec) if isinstance(spec, ResNetSpec) else MLP(spec)
+    kind_of(spec)  # an unknown kind is a ValueError, never another model
+    if spec.kind not in BUILDERS:
+        raise ValueError(f"paddle has no builder for model kind {spec.kind!r}")
+    model = BUILDERS[spec.kind](spec)
     linear = _linear_weights(model)
     names = {_canonical_name(name): name for name in model.state_dict()}
     if set(names) != set(weights):
@@ -214,7 +234,19 @@ def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Layer:
     return model
 
 
-def export_weights(model: nn.Layer) -> dict[str, np.ndarray]:
+def _canonical(model: nn.Layer, tensors) -> dict[str, np.ndarray]:
+    """(Paddle name, tensor) pairs as canonical name -> array in the canonical layout."""
     linear = _linear_weights(model)
     return {_canonical_name(name): (tensor.numpy().T if name in linear else tensor.numpy()).copy()
-            for name, tensor in model.state_dict().items()}
+            for name, tensor in tensors}
+
+
+def export_weights(model: nn.Layer) -> dict[str, np.ndarray]:
+    return _canonical(model, model.state_dict().items())
+
+
+def export_gradients(model: nn.Layer) -> dict[str, np.ndarray]:
+    """The trainable parameters' gradients in the canonical layout (what the optimizer tests
+    feed parbench.optim.AdamWReference)."""
+    return _canonical(model, ((name, p.grad) for name, p in model.named_parameters()
+                              if p.grad is not None))

@@ -8,7 +8,8 @@
   the whole forward becomes one static program or the run fails, and the programs it built are
   counted in its program cache; SOT falls back to eager around what it cannot translate.
 * ``--sync-bn``: the spec's BatchNorm becomes a SyncBatchNorm (model.SyncBatchNorm). GPU only.
-* ``--grad-accum K`` and the precision's autocast are in the step (runtime.TrainStep).
+* ``--grad-accum K``, the precision's autocast and ``--clip-grad-norm`` are in the step
+  (runtime.TrainStep).
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ class ModelModes:
                               "statistics once per micro-batch, as that many devices would")
         self.static = _to_static(module, self.notes) if modes.compile else None
 
-    def observed(self, micro_batches: int) -> Observed:
+    def observed(self, micro_batches: int, clipped_steps: int | None) -> Observed:
         graphs = None if self.static is None else self.static.get_traced_count()
-        return Observed(self.first_dtype.name, graphs, self.sync_bn_layers, micro_batches)
+        return Observed(self.first_dtype.name, graphs, self.sync_bn_layers, micro_batches,
+                        clipped_steps)
 
 
 def _to_static(module: nn.Layer, notes: list[str]) -> ASTStaticFunction:

@@ -36,6 +36,14 @@ ESTIMATE = (
     "records no event for it, so it cannot be isolated. Includes waiting for the slower rank")
 
 
+def _optimizer_phase(train: TrainStep) -> str:
+    """What the optimizer phase times: the update rule, and the clipping when there is one."""
+    rule = ("AdamW" if isinstance(train.optimizer, paddle.optimizer.AdamW)
+            else "Momentum with L2 decay")
+    clip = "gradient clipping by global norm, " if train.clip else ""
+    return f"{clip}optimizer.step() ({rule}) and clear_grad()"
+
+
 class StepProfiler:
     """parbench.profiling.StepProfiler for a strategy's TrainStep (its model, DataParallel or
     not, and optimizer)."""
@@ -52,7 +60,7 @@ class StepProfiler:
             "forward": "inputs to tensors, forward pass, cross-entropy loss",
             "backward": "loss.backward()" + (
                 ", including DataParallel's gradient all-reduce" if communicates else ""),
-            "optimizer": "optimizer.step() and clear_grad() (Momentum with L2 decay)",
+            "optimizer": _optimizer_phase(train),
             "communication": ESTIMATE if communicates else ONE_DEVICE,
             "step": "forward + backward + optimizer, one wall-clock span"}
         self.notes = ["paddle.profiler records during these steps: its overhead is in the "
@@ -72,8 +80,7 @@ class StepProfiler:
         loss.backward()
         self.train.count_first_step(1)  # when the profiled window starts at step 0
         backward = self._now()
-        self.optimizer.step()
-        self.optimizer.clear_grad()
+        self.train.apply()  # --clip-grad-norm's clipping, optimizer.step(), clear_grad()
         end = self._now()
         return float(loss), {"forward": forward - start, "backward": backward - forward,
                              "optimizer": end - backward, "communication": self._all_reduce(),

@@ -1,5 +1,6 @@
-"""What every Paddle strategy shares: device and threads, the optimizer step, evaluation,
-and the facts a record needs (versions, devices, memory peaks)."""
+"""What every Paddle strategy shares: device and threads, the optimizer step (with
+--clip-grad-norm), evaluation, and the facts a record needs (versions, devices, memory peaks).
+The optimizers themselves are in optim.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from paddle import nn
 from parbench.devices import physical_gpu
 from parbench.job import Job
 from parbench.modes import Modes
-from parbench.optim import OptimizerSpec
+
+from .optim import GlobalNormClip
 
 # The OpenMP runtime Paddle's CPU kernels (MKL, oneDNN) use; wheels without it report None.
 _IOMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
@@ -55,15 +57,6 @@ def use_device(distributed: bool) -> str:
     return device
 
 
-def sgd(model: nn.Layer, spec: OptimizerSpec) -> paddle.optimizer.Momentum:
-    """Paddle's Momentum with a float weight decay is the shared update rule exactly (L2 decay
-    fused into the kernel: ``g + wd*p``, ``buf = m*buf + g``, ``p -= lr*buf``)."""
-    # BatchNorm's running statistics are non-trainable parameters in Paddle: leave them out
-    trainable = [p for p in model.parameters() if p.trainable]
-    return paddle.optimizer.Momentum(learning_rate=spec.lr, momentum=spec.momentum,
-                                     parameters=trainable, weight_decay=spec.weight_decay)
-
-
 def precision(modes: Modes) -> AbstractContextManager:
     """The autocast of --precision around forward and loss (nothing for fp32)."""
     dtype = AMP_DTYPES.get(modes.precision)
@@ -82,11 +75,12 @@ def as_tensor(rows: Rows) -> paddle.Tensor:
 
 
 class TrainStep:
-    """One optimizer step with --precision and --grad-accum, on ``model`` (a Layer or
-    paddle.DataParallel; with DataParallel gradients are all-reduced once per step)."""
+    """One optimizer step with --precision, --grad-accum and --clip-grad-norm, on ``model`` (a
+    Layer or paddle.DataParallel; with DataParallel gradients are all-reduced once per step)."""
 
-    def __init__(self, model: nn.Layer, optimizer: paddle.optimizer.Optimizer, modes: Modes):
-        self.model, self.optimizer, self.modes = model, optimizer, modes
+    def __init__(self, model: nn.Layer, optimizer: paddle.optimizer.Optimizer, modes: Modes,
+                 clip: GlobalNormClip | None = None):
+        self.model, self.optimizer, self.modes, self.clip = model, optimizer, modes, clip
         # fp16's 5-bit exponent underflows small gradients; bf16 has float32's range
         self.scaler = paddle.amp.GradScaler() if modes.precision == "fp16" else None
         self.micro_batches = 0  # backward passes in the first step (0 before it)
@@ -100,7 +94,7 @@ class TrainStep:
             with self._hold_gradients(last=passes == k):
                 loss += self._backward(part_x, part_y, k)
         self.count_first_step(len(parts))
-        self._apply()
+        self.apply()
         return loss  # the mean over this process's rows
 
     def count_first_step(self, passes: int) -> None:
@@ -121,13 +115,25 @@ class TrainStep:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
         return float(loss)
 
-    def _apply(self) -> None:
-        if self.scaler:  # unscales, skips the step on inf/nan, adapts the scale
+    def apply(self) -> None:
+        """Clip (once per optimizer step, after accumulation: the gradients are the global
+        batch's by now, DataParallel averaged them in backward), update, clear."""
+        if self.scaler and self.clip:  # clip the true gradients, not the scaled ones
+            self.scaler.unscale_(self.optimizer)
+        if self.clip:
+            self.clip()
+        if self.scaler:  # unscales unless done above, skips the step on inf/nan, adapts
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.clear_grad()
+
+    @property
+    def clipped_steps(self) -> int | None:
+        """Steps so far whose global-batch gradient norm exceeded --clip-grad-norm (None: the
+        step does not clip)."""
+        return None if self.clip is None else self.clip.clipped_steps
 
 
 @paddle.no_grad()
