@@ -17,7 +17,7 @@ from .devices import cpu_count, gpu_count
 from .netns import private_network_unavailable
 from .modes import INPUTS, PRECISIONS, Modes, refusal
 from .optim import OPTIMIZERS, SCHEDULES, OptimizerSpec, scaled_lr
-from .spec import MODEL_NAMES, build_spec
+from .spec import MODEL_NAMES, MODELS
 
 
 ISOLATION_CHOICES = ("auto", "on", "off")
@@ -244,7 +244,8 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
 def _modes(cfg: RunConfig, backend: Backend, devices: int, per_device_batch: int) -> Modes:
     modes = Modes(cfg.precision, cfg.compile, cfg.sync_bn, cfg.grad_accum, cfg.input,
                   cfg.loader_workers)
-    has_batchnorm = getattr(build_spec(cfg.model, (1, 8, 8), 2), "norm", None) is not None
+    # any image shape tells whether the model has BatchNorm (no shape check: not the data's)
+    has_batchnorm = getattr(MODELS[cfg.model]((1, 8, 8), 2), "norm", None) is not None
     why = refusal(backend, modes, gpu_count(), has_batchnorm, devices, per_device_batch)
     if why:
         raise UsageError(why)

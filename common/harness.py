@@ -78,7 +78,10 @@ def prepare(cfg: RunConfig, shared: Path) -> Prepared:
     if cfg.train_subset is not None:
         dataset = _train_subset(dataset, cfg.train_subset)
     plan = resolve(cfg, len(dataset.y_train))
-    spec = build_spec(cfg.model, dataset.input_shape, dataset.num_classes)
+    try:  # e.g. a vit patch that does not divide the dataset's images
+        spec = build_spec(cfg.model, dataset.input_shape, dataset.num_classes)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     (shared / "data").mkdir(parents=True, exist_ok=True)
     dataset.save(shared / "data")
     save_weights(shared / "weights.npz", initial_weights(spec, cfg.seed))
