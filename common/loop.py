@@ -201,10 +201,16 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
         if batch.epoch_end or index == total - 1:
             log.evals.append(evaluate_test_set(strategy, data, index, train_s))
     progress.update(total, force=True)
+    log.profile = session.result() if session else None
+    return finish_rank_log(job, strategy, log, fed)
+
+
+def finish_rank_log(job: Job, strategy: Strategy, log: RankLog, fed: FeedLog) -> RankLog:
+    """What a rank records after its last step (memory peaks, its description, what its modes
+    did, what it was fed), then its rank file."""
     log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     log.peak_device_mb = strategy.peak_device_mb()
     log.describe = strategy.describe()
-    log.profile = session.result() if session else None
     log.observed = asdict(strategy.observed())
     log.input = fed.write(job.path, strategy.rank)
     write_rank_log(job, strategy, log)

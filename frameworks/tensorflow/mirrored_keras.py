@@ -46,9 +46,7 @@ backend takes only the ``python`` launcher; ``--launcher tf-config`` is refused 
 
 from __future__ import annotations
 
-import resource
 import time
-from dataclasses import asdict
 
 import numpy as np
 
@@ -57,7 +55,7 @@ from parbench.data import Dataset
 from parbench.feeds import Batch, Feed, FeedLog, run_length
 from parbench.job import Job
 from parbench.loop import (Progress, RankLog, check_modes, evaluate_test_set,
-                           inject_test_fault, open_feed, write_rank_log)
+                           finish_rank_log, inject_test_fault, open_feed)
 from parbench.modes import Observed
 from parbench.optim import lr_at
 from parbench.weights import load_weights
@@ -281,13 +279,7 @@ class StepLog(keras.callbacks.Callback):
 
     def finish(self) -> RankLog:
         self.progress.update(self.total, force=True)
-        self.log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        self.log.peak_device_mb = self.strategy.peak_device_mb()
-        self.log.describe = self.strategy.describe()
-        self.log.observed = asdict(self.strategy.observed())
-        self.log.input = self.fed.write(self.job.path, 0)
-        write_rank_log(self.job, self.strategy, self.log)
-        return self.log
+        return finish_rank_log(self.job, self.strategy, self.log, self.fed)
 
 
 def main(job: Job) -> None:
