@@ -15,6 +15,7 @@ from .backends import BACKENDS, Backend
 from .data import DATASET_NAMES, NEEDS_DATA_DIR
 from .devices import cpu_count, gpu_count
 from .netns import private_network_unavailable
+from .nodes import Nodes, NodesError, resolve_nodes
 from .modes import INPUTS, PRECISIONS, Modes, refusal
 from .optim import OPTIMIZERS, SCHEDULES, OptimizerSpec, scaled_lr
 from .spec import MODEL_NAMES, MODELS
@@ -85,13 +86,18 @@ class RunConfig:
     input: str = "arrays"  # arrays | native (see parbench.feeds)
     loader_workers: int = 0  # --input native: the loader's worker processes
     train_subset: int | None = None  # train on the first N training samples
+    nnodes: int = 1  # machines; --devices is then per node (see parbench.nodes)
+    node_rank: int = 0  # this machine's index among them
+    master: str | None = None  # HOST:PORT of node 0: the rendezvous; PORT+1 parbench's check-in
+    ifname: str | None = None  # the collectives' interface (default lo for a loopback master)
+    join_timeout: float = 300.0  # seconds the nodes wait for each other to check in
 
 
 @dataclass(frozen=True)
 class Plan:
     backend: Backend
     launcher: str
-    world_size: int
+    world_size: int  # every node's devices together
     global_batch: int
     per_device_batch: int
     batch_mode: str  # global | per-device: which of the two the user fixed
@@ -102,6 +108,19 @@ class Plan:
     isolate_network: bool  # resolved: the launcher starts in a namespace with only loopback
     profile: bool = False  # a profiled run: its own record name, never in performance tables
     modes: Modes = Modes()
+    nodes: Nodes | None = None  # a multi-node run's settings; None on one machine
+
+    @property
+    def nnodes(self) -> int:
+        return self.nodes.nnodes if self.nodes else 1
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.world_size // self.nnodes
+
+    @property
+    def processes_per_node(self) -> int:
+        return 1 if self.backend.one_process else self.devices_per_node
 
 
 def read_config_file(path: str) -> dict:
@@ -153,7 +172,7 @@ def _world_size(cfg: RunConfig, backend: Backend) -> int:
     return devices
 
 
-def _batches(cfg: RunConfig, world: int) -> tuple[int, int, str]:
+def _batches(cfg: RunConfig, world: int, devices_text: str) -> tuple[int, int, str]:
     if cfg.global_batch is not None and cfg.per_device_batch is not None:
         raise UsageError("give --global-batch or --per-device-batch, not both")
     if cfg.per_device_batch is not None:
@@ -164,7 +183,7 @@ def _batches(cfg: RunConfig, world: int) -> tuple[int, int, str]:
     if batch < 1:
         raise UsageError(f"--global-batch must be positive, got {batch}")
     if batch % world:
-        raise UsageError(f"--global-batch {batch} is not divisible by --devices {world}")
+        raise UsageError(f"--global-batch {batch} is not divisible by {devices_text}")
     return batch, batch // world, "global"
 
 
@@ -195,8 +214,13 @@ def _check_choices(cfg: RunConfig) -> None:
         raise UsageError(f"--train-subset must be positive, got {cfg.train_subset}")
 
 
-def _isolation(choice: str) -> bool:
+def _isolation(choice: str, nodes: Nodes | None) -> bool:
     if choice == "off":
+        return False
+    if nodes is not None:
+        if choice == "on":
+            raise UsageError("--isolate-network on cannot work for a multi-node run: its "
+                             "nodes reach each other over the network")
         return False
     unavailable = private_network_unavailable()
     if choice == "on" and unavailable:
@@ -218,13 +242,21 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     if cfg.profile and backend.name in PROFILE_REFUSALS:
         raise UsageError(f"--profile is not available for {backend.name}: "
                          f"{PROFILE_REFUSALS[backend.name]}")
-    world = _world_size(cfg, backend)
-    global_batch, per_device, mode = _batches(cfg, world)
+    try:
+        nodes = resolve_nodes(cfg.nnodes, cfg.node_rank, cfg.master, cfg.ifname,
+                              cfg.join_timeout, backend, launcher)
+    except NodesError as err:
+        raise UsageError(str(err)) from None
+    per_node = _world_size(cfg, backend)
+    world = per_node * (nodes.nnodes if nodes else 1)
+    devices_text = f"{world} devices ({nodes.nnodes} nodes x --devices {per_node})" if nodes \
+        else f"--devices {world}"
+    global_batch, per_device, mode = _batches(cfg, world, devices_text)
     modes = _modes(cfg, backend, world, per_device)
     if cfg.profile and modes.changed():
         raise UsageError(f"--profile splits the fp32 eager step into phases; it cannot be "
                          f"combined with --{next(iter(modes.changed())).replace('_', '-')}")
-    processes = 1 if backend.one_process else world
+    processes = 1 if backend.one_process else per_node
     threads = cfg.threads if cfg.threads is not None else max(1, cpu_count() // processes)
     if threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}")
@@ -238,7 +270,8 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
         raise UsageError(f"--steps/--epochs must give at least 1 step, got {steps}")
     optimizer = _optimizer(cfg, global_batch)
     return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, epochs,
-                threads, optimizer, _isolation(cfg.isolate_network), cfg.profile, modes)
+                threads, optimizer, _isolation(cfg.isolate_network, nodes), cfg.profile, modes,
+                nodes)
 
 
 def _modes(cfg: RunConfig, backend: Backend, devices: int, per_device_batch: int) -> Modes:

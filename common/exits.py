@@ -47,16 +47,27 @@ def write_exit(workdir: Path, rank: int, pid: int, returncode: int) -> None:
     write_atomic(Path(workdir) / "exits" / f"rank{rank}.json", json.dumps(report).encode())
 
 
-def first_failure(workdir: Path) -> str | None:
-    """'rank 1 (pid 123 on host) died first: killed by SIGKILL', plus the exception it raised
-    when it wrote one; None when no rank failed (or none was reported)."""
+def _failures(workdir: Path) -> list[dict]:
+    """The exit reports of the ranks that failed, earliest first."""
     reports = []
     for path in (Path(workdir) / "exits").glob("rank*.json"):
         try:
             reports.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-    failed = sorted((r for r in reports if r["returncode"] != 0), key=lambda r: r["time"])
+    return sorted((r for r in reports if r["returncode"] != 0), key=lambda r: r["time"])
+
+
+def first_failure_time(workdir: Path) -> float | None:
+    """When the first rank failed (time.time()), or None: how nodes order their failures."""
+    failed = _failures(workdir)
+    return failed[0]["time"] if failed else None
+
+
+def first_failure(workdir: Path) -> str | None:
+    """'rank 1 (pid 123 on host) died first: killed by SIGKILL', plus the exception it raised
+    when it wrote one; None when no rank failed (or none was reported)."""
+    failed = _failures(workdir)
     if not failed:
         return None
     first = failed[0]

@@ -37,6 +37,14 @@ class Job:
     epochs: int | None = None  # --epochs (None with --steps): passes of the run's feed
     verbose: bool = False
     extra: dict = field(default_factory=dict)
+    nnodes: int = 1  # a multi-node run: world_size counts every node's devices
+    node_rank: int = 0
+    cluster: list[str] | None = None  # tf-config on several nodes: every worker's HOST:PORT
+
+    @property
+    def first_rank(self) -> int:
+        """The global rank of this node's first process (ranks are numbered node by node)."""
+        return self.node_rank * (self.world_size // self.nnodes)
 
     @property
     def spec(self) -> ModelSpec:

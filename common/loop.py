@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
@@ -22,6 +23,7 @@ import numpy as np
 
 from .batches import eval_slice
 from .classification import confusion_matrix, macro_scores
+from .collect import collect_rank_files
 from .data import Dataset
 from .feeds import ArrayFeed, Feed, FeedLog, run_length
 from .files import write_atomic
@@ -90,6 +92,8 @@ class RankLog:
     profile: dict | None = None  # --profile: Session.result() of this rank
     observed: dict | None = None  # asdict(Observed) at the end of training
     input: dict | None = None  # FeedLog.write(): what fed the steps, epochs, waits
+    host: str = ""  # the machine's host name
+    node: int = 0  # the node of a multi-node run
 
 
 def inject_test_fault(rank: int, step: int) -> None:
@@ -144,10 +148,11 @@ def open_feed(job: Job, strategy: Strategy, data: Dataset) -> Feed:
 
 
 class Progress:
-    """Rank 0 tells the harness how far it is, at most every PROGRESS_EVERY_S seconds."""
+    """The node's first rank tells its harness how far it is, at most every PROGRESS_EVERY_S
+    seconds."""
 
     def __init__(self, job: Job, rank: int, total: int):
-        self.path = job.path / "progress.json" if rank == 0 else None
+        self.path = job.path / "progress.json" if rank == job.first_rank else None
         self.total, self.last = total, 0.0
 
     def update(self, done: int, force: bool = False) -> None:
@@ -206,14 +211,18 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
 
 
 def finish_rank_log(job: Job, strategy: Strategy, log: RankLog, fed: FeedLog) -> RankLog:
-    """What a rank records after its last step (memory peaks, its description, what its modes
-    did, what it was fed), then its rank file."""
+    """What a rank records after its last step (its machine, memory peaks, its description,
+    what its modes did, what it was fed), then its rank file; on several nodes, rank 0 then
+    gathers every rank's files."""
+    log.host, log.node = socket.gethostname(), job.node_rank
     log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     log.peak_device_mb = strategy.peak_device_mb()
     log.describe = strategy.describe()
     log.observed = asdict(strategy.observed())
     log.input = fed.write(job.path, strategy.rank)
     write_rank_log(job, strategy, log)
+    if job.nnodes > 1:  # node 0's harness needs every node's files (see parbench.collect)
+        collect_rank_files(job.path, strategy)
     return log
 
 

@@ -16,10 +16,11 @@ from .loop import RankLog
 from .profiling import SUFFIX
 from .spec import sha256_of
 
-SCHEMA_VERSION = 4  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+SCHEMA_VERSION = 5  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
 # 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix;
-# 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits).
-# Versions 1 to 3 are still read (they ran fp32, eager, without sync BN or accumulation, fed
+# 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits);
+# 5: nnodes, node_rank (the writer), hosts (per rank), metrics.nodes (step time per node).
+# Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
 # from the contract's arrays).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
 STATUSES = ("ok", "failed", "timeout")
@@ -58,7 +59,8 @@ def run_variant(plan: Plan) -> dict:
     only when True and ``modes`` only when one differs from its default, so a plain run keeps
     the name (and --resume match) it had before either existed."""
     changed = plan.modes.changed()
-    return {"threads": plan.threads, "nnodes": 1, **({"profile": True} if plan.profile else {}),
+    return {"threads": plan.threads, "nnodes": plan.nnodes,
+            **({"profile": True} if plan.profile else {}),
             **({"modes": changed} if changed else {})}
 
 
@@ -137,9 +139,10 @@ def aggregate(logs: list[RankLog], global_batch: int, launch_time: float,
               target_accuracy: float | None) -> dict:
     """Metrics of a run from its per-process logs; the slowest process defines each step."""
     step_s = np.max([log.step_s for log in logs], axis=0)
+    first_steady = warmup_steps(len(step_s))
     rows = np.array([log.rows for log in logs], dtype=float)
     losses = np.array([log.losses for log in logs]).T @ rows / rows.sum()
-    steady = step_s[warmup_steps(len(step_s)):]
+    steady = step_s[first_steady:]
     evals = logs[0].evals
     timing = _percentiles(steady)
     devices = [mb for log in logs for mb in (log.peak_device_mb or [])]
@@ -170,7 +173,19 @@ def aggregate(logs: list[RankLog], global_batch: int, launch_time: float,
         "time_to_target_s": reached[0] if reached else None,
         "peak_rss_mb": [log.peak_rss_mb for log in logs],
         "peak_device_mb": devices or None,
+        "nodes": per_node(logs, first_steady),
     }
+
+
+def per_node(logs: list[RankLog], first_steady: int) -> list[dict]:
+    """Each node's steady step time (per step, the slowest of its ranks), so a slow node
+    shows: the run's own step time is the slowest node's."""
+    nodes = sorted({log.node for log in logs})
+    return [{"node": node, "host": next(log.host for log in logs if log.node == node),
+             "ranks": [log.rank for log in logs if log.node == node],
+             "step_time_ms": _percentiles(np.max([log.step_s for log in logs
+                                                  if log.node == node], axis=0)[first_steady:])}
+            for node in nodes]
 
 
 def check_record(record: object) -> list[str]:

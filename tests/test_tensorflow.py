@@ -206,6 +206,6 @@ def test_supervisor_kills_the_survivors_of_a_dead_worker(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     start = time.monotonic()
     with pytest.raises(RuntimeError, match="worker 1 exit code 3; stopped the others"):
-        multiworker.cluster.supervise([waiting, dead], tmp_path)
+        multiworker.cluster.supervise([waiting, dead], [0, 1], tmp_path)
     assert waiting.poll() is not None and time.monotonic() - start < 10
     assert first_failure(tmp_path).endswith("died first: exit code 3")

@@ -20,10 +20,11 @@ from .data_parallel import DataParallelStrategy
 WORKER_LOG = "workerlog."  # the launcher's per-rank output files: kept
 
 
-def remove_environment_dumps(log_dir: Path, rank: int) -> None:
-    """Delete this rank's environment dumps; rank 0 also the pod's (written before any rank)."""
-    dumps = [log_dir / f"envlog.{rank}", log_dir / f"backup_env.{rank}.json"]
-    if rank == 0:
+def remove_environment_dumps(log_dir: Path, local_rank: int) -> None:
+    """Delete this rank's environment dumps (named by its rank on this node); the node's first
+    rank also the pod's (written before any rank)."""
+    dumps = [log_dir / f"envlog.{local_rank}", log_dir / f"backup_env.{local_rank}.json"]
+    if local_rank == 0:
         dumps += [p for p in log_dir.glob("*.log") if not p.name.startswith(WORKER_LOG)]
     for path in dumps:
         path.unlink(missing_ok=True)
@@ -31,6 +32,7 @@ def remove_environment_dumps(log_dir: Path, rank: int) -> None:
 
 def main(job: Job) -> None:
     strategy = DataParallelStrategy(job)
-    remove_environment_dumps(Path(os.environ["PADDLE_LOG_DIR"]), strategy.rank)
+    remove_environment_dumps(Path(os.environ["PADDLE_LOG_DIR"]),
+                             int(os.environ["PADDLE_LOCAL_RANK"]))
     run_worker(job, strategy)
     strategy.teardown()

@@ -47,13 +47,13 @@ def _stop(processes: list[subprocess.Popen]) -> None:
         process.wait()
 
 
-def supervise(processes: list[subprocess.Popen], workdir: Path) -> None:
+def supervise(processes: list[subprocess.Popen], indices: list[int], workdir: Path) -> None:
     """Return once every worker exited 0; raise at the first failure, the others killed.
     Each worker's end is reported in ``workdir`` (see parbench.exits) as soon as it is seen."""
     reported: set[int] = set()
     try:
         while True:
-            for index, process in enumerate(processes):
+            for index, process in zip(indices, processes):
                 code = process.poll()
                 if code is None or index in reported:
                     continue
@@ -70,15 +70,19 @@ def supervise(processes: list[subprocess.Popen], workdir: Path) -> None:
 
 
 def run(job: Job) -> None:
-    """Start the job's workers on this machine and wait for them; RuntimeError if one fails."""
-    workers = [f"{LOCALHOST}:{free_port()}" for _ in range(job.world_size)]
+    """Start this node's workers and wait for them; RuntimeError if one fails. On one node the
+    workers listen on free loopback ports; on several, ``job.cluster`` lists every node's
+    workers (gathered by parbench's check-in, see parbench.checkin) and this node starts its
+    own: global indices from ``job.first_rank`` on."""
+    workers = job.cluster or [f"{LOCALHOST}:{free_port()}" for _ in range(job.world_size)]
+    local = range(job.first_rank, job.first_rank + job.world_size // job.nnodes)
     command = [sys.executable, "-m", "parbench.worker", str(job.path / "job.json")]
     processes = []
     try:
-        for index in range(job.world_size):
+        for index in local:
             processes.append(subprocess.Popen(command, env=_env(job, index, workers),
                                               stdin=subprocess.DEVNULL))
     except BaseException:
         _stop(processes)
         raise
-    supervise(processes, job.path)
+    supervise(processes, list(local), job.path)

@@ -39,10 +39,11 @@ if cluster.worker_index() is not None:  # the supervising process never imports 
 
 
 class MultiWorker:
-    # --- setup: threads, this worker's device, then the cluster from TF_CONFIG
+    # --- setup: threads, this worker's device (numbered on its node), then the cluster
+    # from TF_CONFIG
     def __init__(self, job: Job, index: int):
         self.threads = runtime.setup_threads(job)
-        devices = runtime.configure_devices(index, 1)
+        devices = runtime.configure_devices(index - job.first_rank, 1)  # this node's GPU
         implementation = tf.distribute.experimental.CommunicationImplementation
         self.communication = implementation.NCCL if "gpu" in devices[0] else implementation.RING
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(

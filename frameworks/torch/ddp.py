@@ -45,7 +45,8 @@ class DistributedDataParallelStrategy:
         cuda = torch.cuda.is_available()
         dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method,
                                 rank=rank, world_size=job.world_size, timeout=COLLECTIVE_TIMEOUT)
-        self.device = torch.device(f"cuda:{rank}" if cuda else "cpu")
+        local_rank = rank - job.first_rank  # the GPUs of a node are numbered on that node
+        self.device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
         if cuda:
             torch.cuda.set_device(self.device)
         runtime.reset_peak_memory([self.device])
@@ -58,7 +59,7 @@ class DistributedDataParallelStrategy:
         self.module = build_model(job.spec, weights).to(self.device)
         if self.modes.sync_bn:  # keeps momentum, eps, weights and statistics; same names
             self.module = nn.SyncBatchNorm.convert_sync_batchnorm(self.module)
-        ddp = DDP(self.module, device_ids=[rank] if cuda else None)
+        ddp = DDP(self.module, device_ids=[local_rank] if cuda else None)
         self.model = torch.compile(ddp) if self.modes.compile else ddp
         self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
         self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
