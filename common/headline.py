@@ -1,7 +1,7 @@
 """The report's headline for one spec: per framework, the fastest approach at each device count
-with its scaling efficiency, noise and memory per rank, then the cells not to trust. It reads
-the rows report.py built (their ``cells``) and imports nothing of it, so either can change
-alone."""
+(and node count, beyond one node) with its scaling efficiency, noise and memory per rank, then
+the cells not to trust. It reads the rows report.py built (their ``cells``) and imports nothing
+of it, so either can change alone."""
 
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ def _by_framework(rows: list[Row]) -> dict[str, list[Row]]:
 
 
 def _fastest(rows: list[Row]) -> list[Row]:
-    """The row with the highest median samples/s at each device count and modes (a bf16 row
-    never wins over fp32 ones: each mode has its own line), fewest devices first, the default
-    modes first; on a tie the earlier row (the baseline) wins."""
+    """The row with the highest median samples/s at each node count, device count and modes
+    (a bf16 row never wins over fp32 ones, nor a 2-node row over 1-node ones: each has its own
+    line), single-node first, fewest devices first, the default modes first; on a tie the
+    earlier row (the baseline) wins."""
     best: dict[tuple, Row] = {}
     for row in rows:
-        speed, key = row.cells["samples/s"], (row.devices, bool(row.modes.changed()),
+        speed, key = row.cells["samples/s"], (row.nodes, row.devices, bool(row.modes.changed()),
                                                row.modes.label)
         if speed is not None and (key not in best or speed > best[key].cells["samples/s"]):
             best[key] = row

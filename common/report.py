@@ -15,8 +15,8 @@ from tabulate import tabulate
 
 from .headline import headline_columns, headline_rows, warnings
 from .results import BUSY_LOAD_PER_CORE
-from .rows import (KEY, MODE_COLUMNS, NOISY_CV_PERCENT, RUN_KEY, Cell, Group, Row, build_groups,
-                   environment_rows)
+from .rows import (KEY, MODE_COLUMNS, NODE_STEPS, NOISY_CV_PERCENT, RUN_KEY, Cell, Group, Row,
+                   build_groups, environment_rows, node_rows)
 
 PERFORMANCE = (*KEY, "status", "runs", "samples/s", "samples/s min", "samples/s max", "cv %",
                "noisy", "scaling eff.", "step ms p50", "step ms p90", "data wait %", "startup s",
@@ -39,6 +39,17 @@ PROFILE_NOTES = [
     "Paddle's communication is a separately timed all-reduce of the gradients' size (the real "
     "one is inside backward).",
 ]
+PER_NODE = (*KEY, "node", "host", "ranks", "step ms p50", "vs fastest node")
+PER_NODE_NOTE = (
+    "One row per node of each multi-node row, from its ok repeats. step ms p50: the node's "
+    "steady-state step time (each step counts as the slowest of the node's ranks), median over "
+    "the repeats. vs fastest node: that time / the lowest such time among the row's nodes, so "
+    "the fastest node is x1.00 and a slower one shows above it. host: the node's host name, "
+    "several /-separated where the repeats ran on different machines.")
+NODES_NOTE = (
+    "Multi-node runs have rows of their own, after their framework's single-node rows, with "
+    "devices shown as nodes x devices per node (2x1: 2 nodes of 1 device); in their scaling "
+    "efficiency N is the device count over all nodes (world_size).")
 NOT_REACHED = "not reached"
 NOTES = (
     "Each cell is the median over the row's ok repeats; the spread of samples/s is the min and "
@@ -135,6 +146,19 @@ def _headline(group: Group) -> Table:
     return table
 
 
+def _per_node(group: Group) -> list[Table]:
+    """The Per node table of a spec with a multi-node row that has ok repeats, else none;
+    the first node of each row is marked, so the page separates the rows."""
+    per_row = [node_rows(row) for row in group.rows]
+    rows = [node for nodes in per_row for node in nodes]
+    if not rows:
+        return []
+    table = _table("Per node", PER_NODE, rows,
+                   ["first" if i == 0 else "" for nodes in per_row for i in range(len(nodes))])
+    table.notes.insert(0, PER_NODE_NOTE)
+    return [table]
+
+
 def _environment(groups: list[Group]) -> Table:
     """The environments of the runs; a column that is the same in every row is said once, in
     the table's note, so the table shows what differs."""
@@ -152,12 +176,14 @@ def _methods(groups: list[Group]) -> list[str]:
     runs = [r for g in groups for row in g.rows for r in row.runs]
     unknown = sum(r["env"].get("load_1m_start") is None for r in runs)
     load = [f"{unknown} of {len(runs)} run(s) carry no load reading: their load is unknown."]
-    return [*NOTES, *(load if unknown else [])]
+    nodes = [NODES_NOTE] if any(row.nodes > 1 for g in groups for row in g.rows) else []
+    return [*NOTES, *nodes, *(load if unknown else [])]
 
 
 def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
     """(title, intro, sections): what the Markdown and the HTML report both show, top-down:
-    the headline, each spec's tables, the profiled runs' phases (kept out of every other
+    the headline, each spec's tables (Per node only where a run spanned nodes), the profiled
+    runs' phases (kept out of every other
     table), how the figures are made, the environment."""
     records = sum(len(row.runs) for g in groups for row in [*g.rows, *g.profiles])
     intro = [f"{records} record(s) of {len(groups)} spec(s)."]
@@ -170,7 +196,8 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
         "then the cells whose figures are not to be trusted."])] if plain else []
     sections += [Section(g.title, g.sha, [
         _table("Performance", PERFORMANCE, [row.cells for row in g.rows], _marks(g.rows)),
-        _table("Accuracy and memory", QUALITY, [row.cells for row in g.rows], _marks(g.rows))])
+        _table("Accuracy and memory", QUALITY, [row.cells for row in g.rows], _marks(g.rows)),
+        *_per_node(g)])
         for g in plain]
     profiled = [g for g in groups if g.profiles]
     if profiled:
@@ -200,9 +227,12 @@ def to_markdown(title: str, intro: list[str], sections: list[Section]) -> str:
 
 
 def to_csv(groups: list[Group]) -> str:
-    """One table, every row with its spec; numbers exact, lists ' / '-separated."""
+    """One table, every row with its spec; numbers exact, lists ' / '-separated; each node's
+    step time only where some row is multi-node."""
     out = io.StringIO()
-    columns = ("spec_sha256", *PERFORMANCE, *QUALITY[len(KEY):])
+    multi_node = any(row.cells[NODE_STEPS] is not None for g in groups for row in g.rows)
+    columns = ("spec_sha256", *PERFORMANCE, *QUALITY[len(KEY):],
+               *([NODE_STEPS] if multi_node else []))
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for group in groups:

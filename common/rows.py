@@ -1,7 +1,8 @@
 """The report's rows: the runs of one spec grouped into one row per backend x devices x
-launcher, grouped by framework with its single-device baseline first, and each row's cells
-(medians over repeats, spread, cv % and noise, scaling efficiency, memory). report.py lays them
-out as tables; headline.py picks the headline's rows; plots.py draws them."""
+launcher x nodes, grouped by framework with its single-device baseline first, and each row's
+cells (medians over repeats, spread, cv % and noise, scaling efficiency, memory, each node's
+step time). report.py lays them out as tables; headline.py picks the headline's rows; plots.py
+draws them."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ MODE_COLUMNS = ("precision", "compile", "sync BN", "grad accum", "input", "loade
 RUN_KEY = ("backend", "devices", "launcher")
 KEY = (*RUN_KEY, *MODE_COLUMNS)
 NO_DEVICE = "n/a (CPU)"
+NODE_STEPS = "node step ms p50"  # a multi-node row's median step time of each node
 SCORES = {"Precision": "precision_macro", "Recall": "recall_macro", "F1": "f1_macro"}
 NOISY_CV_PERCENT = 5.0
 # The framework's own 1-device backend: the reference of its scaling efficiency.
@@ -46,6 +48,11 @@ def _per_position_median(lists: list[list[float]]) -> list[float]:
     return [float(v) for v in np.nanmedian(padded, axis=0)]
 
 
+def nodes_of(record: dict) -> int:
+    """The nodes a record's run spanned; one written before schema 5 ran on one node."""
+    return record.get("nnodes", 1)
+
+
 def mode_cells(modes: Modes) -> dict[str, Cell]:
     return dict(zip(MODE_COLUMNS, (modes.precision, "yes" if modes.compile else "no",
                                    "yes" if modes.sync_bn else "no", modes.grad_accum,
@@ -54,12 +61,13 @@ def mode_cells(modes: Modes) -> dict[str, Cell]:
 
 @dataclass
 class Row:
-    """The repeats of one backend x devices x launcher x modes within one spec."""
+    """The repeats of one backend x devices x launcher x nodes x modes within one spec."""
 
     framework: str
     backend: str
-    devices: int
+    devices: int  # over all nodes (world_size): what scaling efficiency divides by
     launcher: str
+    nodes: int
     modes: Modes
     runs: list[dict]
     cells: dict[str, Cell] = field(default_factory=dict)
@@ -69,7 +77,13 @@ class Row:
         return [r["metrics"] for r in self.runs if r["status"] == "ok"]
 
     @property
-    def series(self) -> str:
+    def devices_cell(self) -> Cell:
+        """The devices column: the count on one node; nodes x devices per node (2x1) on
+        several, so a 2-node row never reads like a 1-node row of as many devices."""
+        return f"{self.nodes}x{self.devices // self.nodes}" if self.nodes > 1 else self.devices
+
+    @property
+    def _approach(self) -> str:
         """The backend, with its launcher where the backend has a choice of launchers, and
         its modes where they are not the defaults."""
         backend = BACKENDS.get(self.backend)
@@ -78,8 +92,18 @@ class Row:
         return f"{self.backend}{launcher}{modes}"
 
     @property
+    def _on_nodes(self) -> str:
+        return f" on {self.nodes} nodes" if self.nodes > 1 else ""
+
+    @property
+    def series(self) -> str:
+        """The approach and, beyond one node, the node count: what a plot draws as one
+        series (its device counts side by side)."""
+        return f"{self._approach}{self._on_nodes}"
+
+    @property
     def label(self) -> str:
-        return f"{self.series} x{self.devices}"
+        return f"{self._approach} x{self.devices}{self._on_nodes}"
 
     def median(self, get: Callable[[dict], float | None]) -> float | None:
         return _median(get(m) for m in self.metrics)
@@ -129,14 +153,33 @@ def _time_to_target(row: Row) -> float | None:
                       else m["time_to_target_s"])
 
 
+def _key_cells(row: Row) -> dict[str, Cell]:
+    return {"backend": row.backend, "devices": row.devices_cell, "launcher": row.launcher,
+            **mode_cells(row.modes)}
+
+
+def _nodes(row: Row) -> dict[int, list[dict]]:
+    """Each node's entries (``metrics.nodes``) over the ok repeats, by node, in node order;
+    none in records before schema 5."""
+    entries: dict[int, list[dict]] = defaultdict(list)
+    for m in row.metrics:
+        for node in m.get("nodes") or []:
+            entries[node["node"]].append(node)
+    return dict(sorted(entries.items()))
+
+
+def _node_p50(entries: list[dict]) -> float | None:
+    return _median(e["step_time_ms"]["median"] for e in entries)
+
+
 def _cells(row: Row) -> dict[str, Cell]:
     throughput = [m["throughput"] for m in row.metrics]
     devices = row.per_position(lambda m: m["peak_device_mb"])
     no_device = NO_DEVICE if row.metrics else None
     cv = _cv_percent(throughput)
+    per_node = [_node_p50(entries) for entries in _nodes(row).values()]
     return {
-        "backend": row.backend, "devices": row.devices, "launcher": row.launcher,
-        **mode_cells(row.modes),
+        **_key_cells(row),
         "status": _status(row.runs), "runs": f"{len(throughput)}/{len(row.runs)}",
         "samples/s": _median(throughput), "samples/s min": min(throughput, default=None),
         "samples/s max": max(throughput, default=None), "cv %": cv,
@@ -156,6 +199,7 @@ def _cells(row: Row) -> dict[str, Cell]:
         "peak device MiB": row.median(lambda m: max(m["peak_device_mb"] or [], default=None))
         if devices else no_device,
         "device MiB per device": devices or no_device,
+        NODE_STEPS: per_node if row.nodes > 1 and per_node else None,
     }
 
 
@@ -203,14 +247,15 @@ def _title(sha: str, records: list[dict]) -> str:
             f"{values(lambda r: r['seed'])}")
 
 
-def _order(key: tuple[str, str, int, str, Modes]) -> tuple:
-    """Frameworks and their backends in registry order (an unknown one after the known ones,
-    by name), then devices, launcher and modes (the defaults first)."""
-    framework, backend, devices, launcher, modes = key
+def _order(key: tuple[str, str, int, str, int, Modes]) -> tuple:
+    """Frameworks in registry order; within one, the single-node rows first, then multi-node
+    ones by node count; then backends in registry order (an unknown one after the known ones,
+    by name), devices, launcher and modes (the defaults first)."""
+    framework, backend, devices, launcher, nodes, modes = key
     known = list(BACKENDS)
     return (FRAMEWORKS.index(framework) if framework in FRAMEWORKS else len(FRAMEWORKS),
-            framework, known.index(backend) if backend in known else len(known), backend,
-            devices, launcher, bool(modes.changed()), modes.label)
+            framework, nodes, known.index(backend) if backend in known else len(known),
+            backend, devices, launcher, bool(modes.changed()), modes.label)
 
 
 def is_profiled(record: dict) -> bool:
@@ -224,8 +269,7 @@ def _profile_cells(row: Row) -> dict[str, Cell]:
     such repeat's top operations (ms per step)."""
     profiles = [r["profile"] for r in row.runs if r["status"] == "ok" and "profile" in r]
     top = profiles[0]["top_ops"] if profiles else []
-    return {"backend": row.backend, "devices": row.devices, "launcher": row.launcher,
-            **mode_cells(row.modes),
+    return {**_key_cells(row),
             "status": _status(row.runs), "runs": f"{len(profiles)}/{len(row.runs)}",
             **{f"{phase} ms": _median(p["median_ms"][phase] for p in profiles)
                for phase in (*PHASES, "step")},
@@ -234,17 +278,18 @@ def _profile_cells(row: Row) -> dict[str, Cell]:
 
 
 def _rows(records: list[dict]) -> list[Row]:
-    """One row per backend x devices x launcher x modes, in report order, repeats in order."""
+    """One row per backend x devices x launcher x nodes x modes, in report order, repeats in
+    order."""
     keyed: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
-        keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"],
+        keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"], nodes_of(r),
                modes_of(r))].append(r)
     return [Row(*key, runs=sorted(keyed[key], key=lambda r: r["repeat"]))
             for key in sorted(keyed, key=_order)]
 
 
 def build_groups(records: list[dict]) -> list[Group]:
-    """One group per spec_sha256, one row per backend x devices x launcher, grouped by
+    """One group per spec_sha256, one row per backend x devices x launcher x nodes, grouped by
     framework, single first; profiled runs in rows of their own (``profiles``)."""
     by_spec: dict[str, list[dict]] = defaultdict(list)
     for r in records:
@@ -262,6 +307,27 @@ def build_groups(records: list[dict]) -> list[Group]:
         runs = [r for row in [*rows, *profiles] for r in row.runs]
         groups.append(Group(sha, _title(sha, runs), rows, profiles))
     return groups
+
+
+def _ranks(ranks: list[int]) -> str:
+    """A node's ranks: '0-3' where they run without a gap (as launchers number them)."""
+    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
+def node_rows(row: Row) -> list[dict[str, Cell]]:
+    """One row per node of a multi-node row's ok repeats (none for a single-node row): its
+    host(s), ranks, median step time over the repeats, and that time relative to the row's
+    fastest node."""
+    nodes = _nodes(row) if row.nodes > 1 else {}
+    p50 = {node: _node_p50(entries) for node, entries in nodes.items()}
+    return [{**{k: row.cells[k] for k in KEY}, "node": node,
+             # the repeats of a row may have been given other machines
+             "host": "/".join(dict.fromkeys(e["host"] for e in entries)),
+             "ranks": _ranks(entries[0]["ranks"]), "step ms p50": p50[node],
+             "vs fastest node": f"x{p50[node] / min(p50.values()):.2f}"}
+            for node, entries in nodes.items()]
 
 
 def _short(commit: str | None) -> str | None:

@@ -1,0 +1,131 @@
+"""The report of multi-node runs (record schema 5: ``nnodes``, ``hosts``, ``metrics.nodes``): each
+node count has rows of its own, scaling efficiency counts every device of every node, and a
+Per node table shows each node's step time against the row's fastest node, with figures
+computed here by hand. The records are valid older records with the schema-5 fields set by
+hand; the report is rendered in this process, because ``parbench report`` validates its input
+against the schema and these records are not checked against it here."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+
+from test_report import RECORDS, markdown_tables, record
+
+from parbench.html_report import write_report
+from parbench.report import NODES_NOTE, PER_NODE_NOTE, render
+
+TITLE = ("spec aaaaaaaaaa: model resnet, dataset synthetic, global batch 128 (global batch "
+         "fixed), 4 steps, lr 0.05, seed 0")
+
+
+def multi_node(base: dict, node_step_ms: list[float], hosts: list[str]) -> dict:
+    """``base`` run on len(node_step_ms) nodes of world_size / nodes devices each: node i on
+    hosts[i] with that median step time (p10 and p90 around it), node 0 writing the record."""
+    nodes, result = len(node_step_ms), copy.deepcopy(base)
+    per_node = result["world_size"] // nodes
+    result.update(schema_version=5, nnodes=nodes, node_rank=0,
+                  hosts=[host for host in hosts for _ in range(per_node)],
+                  variant={"threads": None, "nnodes": nodes})
+    result["metrics"]["nodes"] = [
+        {"node": i, "host": host, "ranks": list(range(i * per_node, (i + 1) * per_node)),
+         "step_time_ms": {"median": ms, "p10": 0.9 * ms, "p90": 1.1 * ms}}
+        for i, (ms, host) in enumerate(zip(node_step_ms, hosts))]
+    return result
+
+
+def ddp(world_size: int, repeat: int, throughput: float) -> dict:
+    return record("torch-ddp", "torch", world_size, repeat, throughput, launcher="torchrun")
+
+
+RECORDS_NODES = [
+    record("torch-single", "torch", 1, 0, 100.0),
+    ddp(2, 0, 180.0),  # 1 node x 2 devices
+    # 2 nodes x 1 device, 2 repeats; node 1 ran on another host in the second repeat
+    multi_node(ddp(2, 0, 150.0), [40.0, 60.0], ["hostA", "hostB"]),
+    multi_node(ddp(2, 1, 170.0), [42.0, 63.0], ["hostA", "hostC"]),
+    multi_node(ddp(4, 0, 300.0), [50.0, 55.0], ["hostA", "hostB"]),  # 2 nodes x 2 devices
+    multi_node(ddp(3, 0, 240.0), [30.0, 33.0, 45.0], ["n1", "n2", "n3"]),  # 3 nodes x 1
+]
+
+
+def tables(records: list[dict]) -> dict[tuple[str, str], list[dict[str, str]]]:
+    return markdown_tables(render(records))
+
+
+def test_multi_node_rows_are_their_own_after_the_single_node_ones() -> None:
+    performance = tables(RECORDS_NODES)[(TITLE, "Performance")]
+    # 2x1 never joins the 1-node x 2 row; 2x2 (4 devices) before 3x1 (3): nodes order first
+    assert [(row["backend"], row["devices"], row["runs"]) for row in performance] == [
+        ("torch-single", "1", "1/1"), ("torch-ddp", "2", "1/1"), ("torch-ddp", "2x1", "2/2"),
+        ("torch-ddp", "2x2", "1/1"), ("torch-ddp", "3x1", "1/1")]
+
+
+def test_scaling_efficiency_of_a_multi_node_row_counts_every_device() -> None:
+    performance = {row["devices"]: row for row in tables(RECORDS_NODES)[(TITLE, "Performance")]}
+    # median 160 / (2 devices x 100); 300 / (4 x 100); 240 / (3 x 100); 1 node: 180 / 200
+    assert {devices: performance[devices]["scaling eff."] for devices in performance} == {
+        "1": "1", "2": "0.9", "2x1": "0.8", "2x2": "0.75", "3x1": "0.8"}
+    rows = {row["devices"]: row for row in csv.DictReader(io.StringIO(
+        render(RECORDS_NODES, "csv")))}
+    assert float(rows["2x1"]["scaling eff."]) == 160 / (2 * 100)
+    # each node's median step time over the repeats, in node order; none on one node
+    assert rows["2x1"]["node step ms p50"] == "41.0 / 61.5"
+    assert rows["2"]["node step ms p50"] == ""
+
+
+def test_per_node_table_shows_each_node_against_the_rows_fastest() -> None:
+    text = render(RECORDS_NODES)
+    per_node = markdown_tables(text)[(TITLE, "Per node")]
+    columns = ("devices", "launcher", "node", "host", "ranks", "step ms p50", "vs fastest node")
+    assert [tuple(row[c] for c in columns) for row in per_node] == [
+        # medians over 2 repeats: 41 and 61.5 ms; 61.5 / 41 = 1.5
+        ("2x1", "torchrun", "0", "hostA", "0", "41", "x1.00"),
+        ("2x1", "torchrun", "1", "hostB/hostC", "1", "61.5", "x1.50"),
+        ("2x2", "torchrun", "0", "hostA", "0-1", "50", "x1.00"),
+        ("2x2", "torchrun", "1", "hostB", "2-3", "55", "x1.10"),
+        ("3x1", "torchrun", "0", "n1", "0", "30", "x1.00"),
+        ("3x1", "torchrun", "1", "n2", "1", "33", "x1.10"),
+        ("3x1", "torchrun", "2", "n3", "2", "45", "x1.50")]
+    assert {row["backend"] for row in per_node} == {"torch-ddp"}
+    assert f"- {PER_NODE_NOTE}" in text and NODES_NOTE in text
+
+
+def test_headline_gives_each_node_count_its_own_line() -> None:
+    text = render(RECORDS_NODES)
+    headline = markdown_tables(text)[("Headline", TITLE)]
+    assert [(row["devices"], row["fastest"], row["samples/s"], row["scaling eff."])
+            for row in headline] == [
+        ("1", "torch-single", "100", "1"), ("2", "torch-ddp [torchrun]", "180", "0.9"),
+        ("2x1", "torch-ddp [torchrun] on 2 nodes", "160", "0.8"),
+        ("2x2", "torch-ddp [torchrun] on 2 nodes", "300", "0.75"),
+        ("3x1", "torch-ddp [torchrun] on 3 nodes", "240", "0.8")]
+    # 150 / 170: sample sd 14.14 / mean 160 = 8.8 % > 5 %
+    assert "- torch: noisy: torch-ddp [torchrun] x2 on 2 nodes (cv 8.8 %)" in text
+
+
+def test_no_per_node_table_without_a_multi_node_run() -> None:
+    text = render(RECORDS)
+    assert "Per node" not in text and NODES_NOTE not in text
+    assert "node step ms p50" not in render(RECORDS, "csv")
+
+
+def test_a_record_without_nnodes_reads_as_one_node() -> None:
+    """Schema 5's fields on one node change nothing: the same report as the older record."""
+    older = [record("torch-single", "torch", 1, 0, 100.0), ddp(2, 0, 180.0)]
+    newer = [multi_node(r, [1000.0], ["hostA"]) for r in older]
+    assert [r["nnodes"] for r in newer] == [1, 1]
+    for fmt in ("md", "csv"):
+        assert render(newer, fmt) == render(older, fmt)
+
+
+def test_html_page_has_the_per_node_table_and_its_plots_draw() -> None:
+    html = write_report(RECORDS_NODES, "html")
+    # headline, performance, accuracy and memory, per node, environment
+    assert html.count("<table>") == 5 and "<caption>Per node</caption>" in html
+    assert ">hostB/hostC</td>" in html and ">x1.50</td>" in html
+    # the first node of each of the 3 multi-node rows is marked, as is torch's first row in
+    # the headline, performance and accuracy tables
+    assert html.count('<tr class="first') == 3 + 3
+    assert html.count('<img src="data:image/png;base64,') == 4
