@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 from tabulate import tabulate
 
 from .backends import BACKENDS
 from .compare import (choose_backends, parse_device_counts, run_sweep, sweep_configs,
                       warn_if_busy)
+from .checkin import NodeFailure
 from .config import ISOLATION_CHOICES, RunConfig, UsageError, read_config_file
-from .harness import prepare, run_once
+from .harness import Prepared, execute, prepare, run_once
 from .files import write_atomic
 from .html_report import write_report
 from .lifetime import (Terminated, become_subreaper, handle_termination, private_tempdir,
@@ -25,6 +28,7 @@ from .optim import OPTIMIZERS
 from .profiling import DOCUMENT_KEY
 from .report import render
 from .results import check_folder, probe_file, probe_folder, save_record
+from .slurm import DEFAULT_MASTER_PORT, add_slurm_parser, slurm_node
 
 EXIT_USAGE = 2
 
@@ -104,29 +108,98 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(**{**values, **given})
 
 
+def _add_node_options(parser: argparse.ArgumentParser) -> None:
+    """Multi-node options of 'parbench run' (see parbench.nodes and docs/multinode.md)."""
+    nodes = parser.add_argument_group(
+        "multi-node", "one 'parbench run' per node, same options, its own --node-rank; "
+        "--devices is per node (torch-ddp with torchrun, tf-multiworker, paddle-launch)")
+    add = nodes.add_argument
+    add("--nnodes", type=int, help="machines in the run (1)")
+    add("--node-rank", type=int, help="this machine's index, 0 to nnodes-1; node 0 writes "
+        "the record")
+    add("--master", metavar="HOST:PORT", help="node 0's address: PORT is the framework's "
+        "rendezvous, PORT+1 parbench's check-in")
+    add("--ifname", help="network interface of the collectives (GLOO_/NCCL_SOCKET_IFNAME; "
+        "default lo when the master is a loopback address)")
+    add("--join-timeout", type=float, help="seconds the nodes wait for each other (300)")
+    add("--from-slurm", action="store_true", help="take --nnodes, --node-rank and the master "
+        "host from srun's environment (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST)")
+    add("--master-port", type=int, help=f"--from-slurm: the master's PORT "
+        f"({DEFAULT_MASTER_PORT})")
+
+
+def _apply_slurm(args: argparse.Namespace) -> None:
+    """--from-slurm: fill the multi-node options from Slurm's environment."""
+    if not args.from_slurm:
+        if args.master_port is not None:
+            raise UsageError("--master-port goes with --from-slurm; otherwise give "
+                             "--master HOST:PORT")
+        return
+    given = [f"--{name.replace('_', '-')}" for name in ("nnodes", "node_rank", "master")
+             if getattr(args, name) is not None]
+    if given:
+        raise UsageError(f"--from-slurm sets {', '.join(given)} itself; leave them out")
+    node = slurm_node(os.environ)
+    port = DEFAULT_MASTER_PORT if args.master_port is None else args.master_port
+    args.nnodes, args.node_rank = node.nnodes, node.node_rank
+    args.master = f"{node.master_host}:{port}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _apply_slurm(args)
     cfg = config_from_args(args)
     save_to = Path(args.save_weights) if args.save_weights else None
-    records, unsaved = [], []
     with private_tempdir("parbench-inputs-") as shared:
         prepared = prepare(cfg, Path(shared))
+        if prepared.plan.nodes and prepared.plan.nodes.node_rank:
+            return _run_node_parts(prepared)
         probe_folder(Path(cfg.out), "--out")
         if save_to is not None:
             probe_file(save_to, "--save-weights")
-        for repeat in range(cfg.repeats):
-            last = repeat == cfg.repeats - 1
-            record = run_once(prepared, repeat, save_to if last else None)
-            profile = record.pop(DOCUMENT_KEY, None)  # a file of its own, next to the record
-            path, problem = save_record(Path(cfg.out), record)
-            print(f"{record['status']}: {path}", file=sys.stderr)
-            if profile is not None:
-                unsaved += _save_profile(path.with_name(record["profile"]["file"]), profile)
-            records.append(record)
-            unsaved += [problem] if problem else []
+        records, unsaved = _run_repeats(prepared, save_to)
     print(render(records))
     for problem in unsaved:
         print(f"parbench: error: {problem}", file=sys.stderr)
     return 0 if all(r["status"] == "ok" for r in records) and not unsaved else 1
+
+
+def _run_repeats(prepared: Prepared, save_to: Path | None) -> tuple[list[dict], list[str]]:
+    """Every repeat's record, saved; (records, what could not be saved where asked)."""
+    cfg, records, unsaved = prepared.cfg, [], []
+    for repeat in range(cfg.repeats):
+        last = repeat == cfg.repeats - 1
+        record = run_once(prepared, repeat, save_to if last else None)
+        profile = record.pop(DOCUMENT_KEY, None)  # a file of its own, next to the record
+        path, problem = save_record(Path(cfg.out), record)
+        print(f"{record['status']}: {path}", file=sys.stderr)
+        if profile is not None:
+            unsaved += _save_profile(path.with_name(record["profile"]["file"]), profile)
+        records.append(record)
+        unsaved += [problem] if problem else []
+    return records, unsaved
+
+
+def _run_node_parts(prepared: Prepared) -> int:
+    """A node other than 0: train its part of each repeat, print it; node 0 keeps the record.
+    Exits with the whole run's status, as node 0 decided it."""
+    node = prepared.plan.nodes.node_rank
+    statuses = []
+    for repeat in range(prepared.cfg.repeats):
+        with private_tempdir("parbench-run-") as tmp:
+            try:
+                run = execute(prepared, Path(tmp), repeat)
+            except NodeFailure as err:
+                print(f"parbench: error: {err}", file=sys.stderr)
+                return 1
+        rows = [[log.rank, log.host, len(log.step_s), f"{1000 * float(np.median(log.step_s)):.1f}",
+                 f"{log.losses[-1]:.4f}"] for log in run.logs or []]
+        if rows:
+            print(tabulate(rows, headers=("rank", "host", "steps", "step ms p50", "last loss"),
+                           tablefmt="github"))
+        print(f"node {node}, repeat {repeat}: {run.status} (node 0 writes the record)"
+              + (f"\n{run.error}" if run.error else ""), file=sys.stderr)
+        statuses.append(run.status)
+    return 0 if all(status == "ok" for status in statuses) else 1
 
 
 def _save_profile(target: Path, profile: dict) -> list[str]:
@@ -141,6 +214,9 @@ def _save_profile(target: Path, profile: dict) -> list[str]:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    if cfg.nnodes != 1:  # a config file may say so: compare sweeps this machine only
+        raise UsageError("compare sweeps this machine; a multi-node run is one 'parbench run' "
+                         "per node (docs/multinode.md)")
     if cfg.profile:  # compare's records feed the performance tables, which profiles never do
         raise UsageError("--profile is for 'parbench run': profiled runs are never compared")
     backends = choose_backends(args.backends, args.framework)
@@ -257,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--devices", type=int,
                      help="devices (processes or replicas); default 2 if parallel")
     _add_run_options(run)
+    _add_node_options(run)
     run.set_defaults(func=cmd_run)
     compare = sub.add_parser("compare", help="run many backends x device counts, then report")
     compare.add_argument("backends", nargs="*", help="default: every installed backend")
@@ -300,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--strict", action="store_true",
                         help="refuse a folder with any invalid file instead of skipping it")
     report.set_defaults(func=cmd_report)
+    add_slurm_parser(sub, _add_run_options)
     return parser
 
 
