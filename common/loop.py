@@ -126,13 +126,14 @@ def evaluate_test_set(strategy: Strategy, data: Dataset, step: int, train_s: flo
         predicted, chunk_loss = strategy.evaluate(np.asarray(data.x_test[begin:end]), labels)
         confusion += confusion_matrix(labels, predicted, classes)
         loss_sum += chunk_loss
+    score_s = time.perf_counter() - start  # this rank alone: no collective yet
     totals = strategy.all_reduce_sum(np.append(confusion.ravel(), loss_sum))
     confusion = np.rint(totals[:-1]).astype(np.int64).reshape(classes, classes)
     count = int(confusion.sum())
     return {"step": step + 1, "accuracy": float(np.trace(confusion)) / count,
             "loss": float(totals[-1]) / count, "count": count, **macro_scores(confusion),
             "confusion_matrix": confusion.tolist(), "train_s": train_s,
-            "eval_s": time.perf_counter() - start}
+            "eval_s": time.perf_counter() - start, "score_s": score_s}
 
 
 def check_modes(job: Job, strategy: Strategy) -> None:

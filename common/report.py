@@ -1,7 +1,7 @@
 """The comparison report: a headline, tables per spec and the environment of every run, as
 Markdown or CSV, top-down in the order a reader wants them. rows.py computes the rows,
-headline.py picks the headline's, html_report builds the HTML page and writes report files,
-plots draws the figures."""
+noderows.py splits a multi-node row by node, headline.py picks the headline's, html_report
+builds the HTML page and writes report files, plots draws the figures."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import numpy as np
 from tabulate import tabulate
 
 from .headline import headline_columns, headline_rows, warnings
+from .noderows import NODE_SCORES, node_rows, node_scores
 from .results import BUSY_LOAD_PER_CORE
-from .rows import (KEY, MODE_COLUMNS, NODE_STEPS, NOISY_CV_PERCENT, RUN_KEY, Cell, Group, Row,
-                   build_groups, environment_rows, node_rows)
+from .rows import (KEY, MODE_COLUMNS, NOISY_CV_PERCENT, RUN_KEY, Cell, Group, Row, build_groups,
+                   environment_rows)
 
 PERFORMANCE = (*KEY, "status", "runs", "samples/s", "samples/s min", "samples/s max", "cv %",
                "noisy", "scaling eff.", "step ms p50", "step ms p90", "data wait %", "startup s",
@@ -39,13 +40,22 @@ PROFILE_NOTES = [
     "Paddle's communication is a separately timed all-reduce of the gradients' size (the real "
     "one is inside backward).",
 ]
-PER_NODE = (*KEY, "node", "host", "ranks", "step ms p50", "vs fastest node")
+PER_NODE = (*KEY, "node", "host", "ranks", "step ms p50", "scoring s", "scoring vs fastest",
+            "data wait ms")
 PER_NODE_NOTE = (
-    "One row per node of each multi-node row, from its ok repeats. step ms p50: the node's "
-    "steady-state step time (each step counts as the slowest of the node's ranks), median over "
-    "the repeats. vs fastest node: that time / the lowest such time among the row's nodes, so "
-    "the fastest node is x1.00 and a slower one shows above it. host: the node's host name, "
-    "several /-separated where the repeats ran on different machines.")
+    "One row per node of each multi-node row; each figure is the median over the row's ok "
+    "repeats. step ms p50 is alike on every node by construction: each step ends with the "
+    "gradient all-reduce, which waits for the slowest rank, so it is the run's step time seen "
+    "from each node (per step the slowest of the node's ranks, median over the steady steps). "
+    "scoring s and data wait ms are each node's own, so a slow node (a slower machine, a busy "
+    "one, a slow disk) stands out there. scoring s: the seconds the node's slowest rank took to "
+    "score its part of the test set in the final evaluation (every rank scores an equal part), "
+    "timed before any communication. scoring vs fastest: that time / the lowest such time among "
+    "the row's nodes, so the fastest node is x1.00 and one 1.5 times slower x1.50. data wait "
+    "ms: the mean time the node's ranks waited for each training batch (taking it from the "
+    "arrays or the framework's loader). Records that predate scoring s and data wait ms show "
+    "- there. host: the node's host name, several /-separated where the repeats ran on "
+    "different machines.")
 NODES_NOTE = (
     "Multi-node runs have rows of their own, after their framework's single-node rows, with "
     "devices shown as nodes x devices per node (2x1: 2 nodes of 1 device); in their scaling "
@@ -228,17 +238,17 @@ def to_markdown(title: str, intro: list[str], sections: list[Section]) -> str:
 
 def to_csv(groups: list[Group]) -> str:
     """One table, every row with its spec; numbers exact, lists ' / '-separated; each node's
-    step time only where some row is multi-node."""
+    scoring time (NODE_SCORES) only where some row is multi-node."""
     out = io.StringIO()
-    multi_node = any(row.cells[NODE_STEPS] is not None for g in groups for row in g.rows)
+    rows = [(g.sha, {**row.cells, NODE_SCORES: node_scores(row)}) for g in groups
+            for row in g.rows]
+    multi_node = any(row.nodes > 1 for g in groups for row in g.rows)
     columns = ("spec_sha256", *PERFORMANCE, *QUALITY[len(KEY):],
-               *([NODE_STEPS] if multi_node else []))
+               *([NODE_SCORES] if multi_node else []))
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    for group in groups:
-        writer.writerows({"spec_sha256": group.sha,
-                          **{c: cell_text(row.cells[c], exact=True) for c in columns[1:]}}
-                         for row in group.rows)
+    writer.writerows({"spec_sha256": sha, **{c: cell_text(cells[c], exact=True)
+                                             for c in columns[1:]}} for sha, cells in rows)
     return out.getvalue()
 
 

@@ -178,14 +178,23 @@ def aggregate(logs: list[RankLog], global_batch: int, launch_time: float,
 
 
 def per_node(logs: list[RankLog], first_steady: int) -> list[dict]:
-    """Each node's steady step time (per step, the slowest of its ranks), so a slow node
-    shows: the run's own step time is the slowest node's."""
-    nodes = sorted({log.node for log in logs})
-    return [{"node": node, "host": next(log.host for log in logs if log.node == node),
-             "ranks": [log.rank for log in logs if log.node == node],
-             "step_time_ms": _percentiles(np.max([log.step_s for log in logs
-                                                  if log.node == node], axis=0)[first_steady:])}
-            for node in nodes]
+    """Per node: its steady step time (per step, the slowest of its ranks) and two figures no
+    collective evens out. In lockstep data parallelism every rank waits for the slowest in the
+    gradient all-reduce, so step times come out alike on every node; a slow node shows in the
+    time its ranks take to score their part of the test set (the final evaluation, before its
+    counts are summed) and in how long they wait for their batches."""
+    return [_node_entry([log for log in logs if log.node == node], first_steady)
+            for node in sorted({log.node for log in logs})]
+
+
+def _node_entry(logs: list[RankLog], first_steady: int) -> dict:
+    step_s = np.max([log.step_s for log in logs], axis=0)[first_steady:]
+    scores = [log.evals[-1].get("score_s") for log in logs]
+    waits = [w for log in logs for w in (log.input or {}).get("wait_s", [])]
+    return {"node": logs[0].node, "host": logs[0].host, "ranks": [log.rank for log in logs],
+            "step_time_ms": _percentiles(step_s),
+            "score_s": None if None in scores else max(scores),
+            "data_wait_ms": float(np.mean(waits)) * 1000 if waits else None}
 
 
 def check_record(record: object) -> list[str]:

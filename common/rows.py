@@ -1,8 +1,8 @@
 """The report's rows: the runs of one spec grouped into one row per backend x devices x
 launcher x nodes, grouped by framework with its single-device baseline first, and each row's
-cells (medians over repeats, spread, cv % and noise, scaling efficiency, memory, each node's
-step time). report.py lays them out as tables; headline.py picks the headline's rows; plots.py
-draws them."""
+cells (medians over repeats, spread, cv % and noise, scaling efficiency, memory). noderows.py
+splits a multi-node row by node; report.py lays them out as tables; headline.py picks the
+headline's rows; plots.py draws them."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ MODE_COLUMNS = ("precision", "compile", "sync BN", "grad accum", "input", "loade
 RUN_KEY = ("backend", "devices", "launcher")
 KEY = (*RUN_KEY, *MODE_COLUMNS)
 NO_DEVICE = "n/a (CPU)"
-NODE_STEPS = "node step ms p50"  # a multi-node row's median step time of each node
 SCORES = {"Precision": "precision_macro", "Recall": "recall_macro", "F1": "f1_macro"}
 NOISY_CV_PERCENT = 5.0
 # The framework's own 1-device backend: the reference of its scaling efficiency.
@@ -34,7 +33,8 @@ SINGLE = {b.framework: b.name for b in BACKENDS.values() if not b.parallel}
 FRAMEWORKS = tuple(dict.fromkeys(b.framework for b in BACKENDS.values()))
 
 
-def _median(values: Iterable[float | None]) -> float | None:
+def median_of(values: Iterable[float | None]) -> float | None:
+    """The median of the values present (None where none is)."""
     present = [v for v in values if v is not None]
     return float(np.median(present)) if present else None
 
@@ -106,7 +106,7 @@ class Row:
         return f"{self._approach} x{self.devices}{self._on_nodes}"
 
     def median(self, get: Callable[[dict], float | None]) -> float | None:
-        return _median(get(m) for m in self.metrics)
+        return median_of(get(m) for m in self.metrics)
 
     def per_position(self, get: Callable[[dict], list[float] | None]) -> list[float] | None:
         lists = [values for values in map(get, self.metrics) if values]
@@ -158,30 +158,15 @@ def _key_cells(row: Row) -> dict[str, Cell]:
             **mode_cells(row.modes)}
 
 
-def _nodes(row: Row) -> dict[int, list[dict]]:
-    """Each node's entries (``metrics.nodes``) over the ok repeats, by node, in node order;
-    none in records before schema 5."""
-    entries: dict[int, list[dict]] = defaultdict(list)
-    for m in row.metrics:
-        for node in m.get("nodes") or []:
-            entries[node["node"]].append(node)
-    return dict(sorted(entries.items()))
-
-
-def _node_p50(entries: list[dict]) -> float | None:
-    return _median(e["step_time_ms"]["median"] for e in entries)
-
-
 def _cells(row: Row) -> dict[str, Cell]:
     throughput = [m["throughput"] for m in row.metrics]
     devices = row.per_position(lambda m: m["peak_device_mb"])
     no_device = NO_DEVICE if row.metrics else None
     cv = _cv_percent(throughput)
-    per_node = [_node_p50(entries) for entries in _nodes(row).values()]
     return {
         **_key_cells(row),
         "status": _status(row.runs), "runs": f"{len(throughput)}/{len(row.runs)}",
-        "samples/s": _median(throughput), "samples/s min": min(throughput, default=None),
+        "samples/s": median_of(throughput), "samples/s min": min(throughput, default=None),
         "samples/s max": max(throughput, default=None), "cv %": cv,
         "noisy": _noisy(cv, row.runs),
         "step ms p50": row.median(lambda m: m["step_time_ms"]["median"]),
@@ -199,7 +184,6 @@ def _cells(row: Row) -> dict[str, Cell]:
         "peak device MiB": row.median(lambda m: max(m["peak_device_mb"] or [], default=None))
         if devices else no_device,
         "device MiB per device": devices or no_device,
-        NODE_STEPS: per_node if row.nodes > 1 and per_node else None,
     }
 
 
@@ -271,7 +255,7 @@ def _profile_cells(row: Row) -> dict[str, Cell]:
     top = profiles[0]["top_ops"] if profiles else []
     return {**_key_cells(row),
             "status": _status(row.runs), "runs": f"{len(profiles)}/{len(row.runs)}",
-            **{f"{phase} ms": _median(p["median_ms"][phase] for p in profiles)
+            **{f"{phase} ms": median_of(p["median_ms"][phase] for p in profiles)
                for phase in (*PHASES, "step")},
             "top ops (ms/step)": "; ".join(f"{op['name']} {op['self_ms_per_step']:.3g}"
                                            for op in top) or None}
@@ -307,27 +291,6 @@ def build_groups(records: list[dict]) -> list[Group]:
         runs = [r for row in [*rows, *profiles] for r in row.runs]
         groups.append(Group(sha, _title(sha, runs), rows, profiles))
     return groups
-
-
-def _ranks(ranks: list[int]) -> str:
-    """A node's ranks: '0-3' where they run without a gap (as launchers number them)."""
-    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ", ".join(map(str, ranks))
-
-
-def node_rows(row: Row) -> list[dict[str, Cell]]:
-    """One row per node of a multi-node row's ok repeats (none for a single-node row): its
-    host(s), ranks, median step time over the repeats, and that time relative to the row's
-    fastest node."""
-    nodes = _nodes(row) if row.nodes > 1 else {}
-    p50 = {node: _node_p50(entries) for node, entries in nodes.items()}
-    return [{**{k: row.cells[k] for k in KEY}, "node": node,
-             # the repeats of a row may have been given other machines
-             "host": "/".join(dict.fromkeys(e["host"] for e in entries)),
-             "ranks": _ranks(entries[0]["ranks"]), "step ms p50": p50[node],
-             "vs fastest node": f"x{p50[node] / min(p50.values()):.2f}"}
-            for node, entries in nodes.items()]
 
 
 def _short(commit: str | None) -> str | None:

@@ -1,6 +1,7 @@
 """The report of multi-node runs (record schema 5: ``nnodes``, ``hosts``, ``metrics.nodes``): each
 node count has rows of its own, scaling efficiency counts every device of every node, and a
-Per node table shows each node's step time against the row's fastest node, with figures
+Per node table shows each node's step time (alike on every node: the all-reduce waits for the
+slowest rank), its scoring time against the row's fastest node and its batch wait, with figures
 computed here by hand. The records are valid older records with the schema-5 fields set by
 hand; the report is rendered in this process, because ``parbench report`` validates its input
 against the schema and these records are not checked against it here."""
@@ -20,18 +21,25 @@ TITLE = ("spec aaaaaaaaaa: model resnet, dataset synthetic, global batch 128 (gl
          "fixed), 4 steps, lr 0.05, seed 0")
 
 
-def multi_node(base: dict, node_step_ms: list[float], hosts: list[str]) -> dict:
-    """``base`` run on len(node_step_ms) nodes of world_size / nodes devices each: node i on
-    hosts[i] with that median step time (p10 and p90 around it), node 0 writing the record."""
-    nodes, result = len(node_step_ms), copy.deepcopy(base)
+def multi_node(base: dict, step_ms: float, hosts: list[str],
+               score_s: list[float] | None = None,
+               wait_ms: list[float] | None = None) -> dict:
+    """``base`` run on len(hosts) nodes of world_size / nodes devices each: node i on hosts[i],
+    node 0 writing the record. Every node has the median step time ``step_ms`` (p10 and p90
+    around it), as the all-reduce makes it; node i scored its part of the test set in
+    score_s[i] seconds and waited wait_ms[i] ms per batch (neither given: a record before
+    these figures, whose entries lack them)."""
+    nodes, result = len(hosts), copy.deepcopy(base)
     per_node = result["world_size"] // nodes
     result.update(schema_version=5, nnodes=nodes, node_rank=0,
                   hosts=[host for host in hosts for _ in range(per_node)],
                   variant={"threads": None, "nnodes": nodes})
     result["metrics"]["nodes"] = [
         {"node": i, "host": host, "ranks": list(range(i * per_node, (i + 1) * per_node)),
-         "step_time_ms": {"median": ms, "p10": 0.9 * ms, "p90": 1.1 * ms}}
-        for i, (ms, host) in enumerate(zip(node_step_ms, hosts))]
+         "step_time_ms": {"median": step_ms, "p10": 0.9 * step_ms, "p90": 1.1 * step_ms},
+         **({"score_s": score_s[i]} if score_s else {}),
+         **({"data_wait_ms": wait_ms[i]} if wait_ms else {})}
+        for i, host in enumerate(hosts)]
     return result
 
 
@@ -42,11 +50,13 @@ def ddp(world_size: int, repeat: int, throughput: float) -> dict:
 RECORDS_NODES = [
     record("torch-single", "torch", 1, 0, 100.0),
     ddp(2, 0, 180.0),  # 1 node x 2 devices
-    # 2 nodes x 1 device, 2 repeats; node 1 ran on another host in the second repeat
-    multi_node(ddp(2, 0, 150.0), [40.0, 60.0], ["hostA", "hostB"]),
-    multi_node(ddp(2, 1, 170.0), [42.0, 63.0], ["hostA", "hostC"]),
-    multi_node(ddp(4, 0, 300.0), [50.0, 55.0], ["hostA", "hostB"]),  # 2 nodes x 2 devices
-    multi_node(ddp(3, 0, 240.0), [30.0, 33.0, 45.0], ["n1", "n2", "n3"]),  # 3 nodes x 1
+    # 2 nodes x 1 device, 2 repeats; node 1 ran on another host in the second repeat and
+    # scores 1.5x slower (a slower machine) while both nodes' step times are the same
+    multi_node(ddp(2, 0, 150.0), 50.0, ["hostA", "hostB"], [4.0, 6.0], [1.0, 3.0]),
+    multi_node(ddp(2, 1, 170.0), 52.0, ["hostA", "hostC"], [4.2, 6.3], [2.0, 5.0]),
+    multi_node(ddp(4, 0, 300.0), 60.0, ["hostA", "hostB"], [5.0, 5.5], [0.5, 0.5]),  # 2x2
+    multi_node(ddp(3, 0, 240.0), 40.0, ["n1", "n2", "n3"], [3.0, 3.3, 4.5],  # 3 nodes x 1
+               [1.0, 1.0, 8.0]),
 ]
 
 
@@ -70,26 +80,49 @@ def test_scaling_efficiency_of_a_multi_node_row_counts_every_device() -> None:
     rows = {row["devices"]: row for row in csv.DictReader(io.StringIO(
         render(RECORDS_NODES, "csv")))}
     assert float(rows["2x1"]["scaling eff."]) == 160 / (2 * 100)
-    # each node's median step time over the repeats, in node order; none on one node
-    assert rows["2x1"]["node step ms p50"] == "41.0 / 61.5"
-    assert rows["2"]["node step ms p50"] == ""
+    # each node's median scoring time over the repeats, in node order; none on one node
+    assert rows["2x1"]["node scoring s"] == f"{(4.0 + 4.2) / 2!r} / {(6.0 + 6.3) / 2!r}"
+    assert rows["3x1"]["node scoring s"] == "3.0 / 3.3 / 4.5"
+    assert rows["2"]["node scoring s"] == ""
 
 
-def test_per_node_table_shows_each_node_against_the_rows_fastest() -> None:
+def test_per_node_table_shows_a_slow_node_by_its_scoring_time() -> None:
     text = render(RECORDS_NODES)
     per_node = markdown_tables(text)[(TITLE, "Per node")]
-    columns = ("devices", "launcher", "node", "host", "ranks", "step ms p50", "vs fastest node")
+    columns = ("devices", "launcher", "node", "host", "ranks", "step ms p50", "scoring s",
+               "scoring vs fastest", "data wait ms")
     assert [tuple(row[c] for c in columns) for row in per_node] == [
-        # medians over 2 repeats: 41 and 61.5 ms; 61.5 / 41 = 1.5
-        ("2x1", "torchrun", "0", "hostA", "0", "41", "x1.00"),
-        ("2x1", "torchrun", "1", "hostB/hostC", "1", "61.5", "x1.50"),
-        ("2x2", "torchrun", "0", "hostA", "0-1", "50", "x1.00"),
-        ("2x2", "torchrun", "1", "hostB", "2-3", "55", "x1.10"),
-        ("3x1", "torchrun", "0", "n1", "0", "30", "x1.00"),
-        ("3x1", "torchrun", "1", "n2", "1", "33", "x1.10"),
-        ("3x1", "torchrun", "2", "n3", "2", "45", "x1.50")]
+        # medians over 2 repeats: equal step times (51 ms) on both nodes, while node 1 scores
+        # in 6.15 s against node 0's 4.1 s: 6.15 / 4.1 = 1.5; waits 1.5 and 4 ms
+        ("2x1", "torchrun", "0", "hostA", "0", "51", "4.1", "x1.00", "1.5"),
+        ("2x1", "torchrun", "1", "hostB/hostC", "1", "51", "6.15", "x1.50", "4"),
+        ("2x2", "torchrun", "0", "hostA", "0-1", "60", "5", "x1.00", "0.5"),
+        ("2x2", "torchrun", "1", "hostB", "2-3", "60", "5.5", "x1.10", "0.5"),
+        ("3x1", "torchrun", "0", "n1", "0", "40", "3", "x1.00", "1"),
+        ("3x1", "torchrun", "1", "n2", "1", "40", "3.3", "x1.10", "1"),
+        ("3x1", "torchrun", "2", "n3", "2", "40", "4.5", "x1.50", "8")]
     assert {row["backend"] for row in per_node} == {"torch-ddp"}
     assert f"- {PER_NODE_NOTE}" in text and NODES_NOTE in text
+    assert "alike on every node by construction" in PER_NODE_NOTE
+
+
+def test_records_without_scoring_times_leave_the_ratio_empty() -> None:
+    """Schema-5 records written before score_s and data_wait_ms: their cells are empty, the
+    step times still show, and the CSV's per-node column is empty for their row."""
+    older = [record("torch-single", "torch", 1, 0, 100.0),
+             multi_node(ddp(2, 0, 150.0), 50.0, ["hostA", "hostB"])]
+    assert all("score_s" not in node for node in older[1]["metrics"]["nodes"])
+    per_node = markdown_tables(render(older))[(TITLE, "Per node")]
+    assert [(row["node"], row["step ms p50"], row["scoring s"], row["scoring vs fastest"],
+             row["data wait ms"]) for row in per_node] == [
+        ("0", "50", "-", "-", "-"), ("1", "50", "-", "-", "-")]
+    rows = {row["devices"]: row for row in csv.DictReader(io.StringIO(render(older, "csv")))}
+    assert rows["2x1"]["node scoring s"] == ""
+    # null, as the schema allows, reads the same as absent
+    nulls = copy.deepcopy(older)
+    for node in nulls[1]["metrics"]["nodes"]:
+        node.update(score_s=None, data_wait_ms=None)
+    assert render(nulls) == render(older)
 
 
 def test_headline_gives_each_node_count_its_own_line() -> None:
@@ -108,13 +141,13 @@ def test_headline_gives_each_node_count_its_own_line() -> None:
 def test_no_per_node_table_without_a_multi_node_run() -> None:
     text = render(RECORDS)
     assert "Per node" not in text and NODES_NOTE not in text
-    assert "node step ms p50" not in render(RECORDS, "csv")
+    assert "node scoring s" not in render(RECORDS, "csv")
 
 
 def test_a_record_without_nnodes_reads_as_one_node() -> None:
     """Schema 5's fields on one node change nothing: the same report as the older record."""
     older = [record("torch-single", "torch", 1, 0, 100.0), ddp(2, 0, 180.0)]
-    newer = [multi_node(r, [1000.0], ["hostA"]) for r in older]
+    newer = [multi_node(r, 1000.0, ["hostA"], [2.0], [1.0]) for r in older]
     assert [r["nnodes"] for r in newer] == [1, 1]
     for fmt in ("md", "csv"):
         assert render(newer, fmt) == render(older, fmt)
