@@ -158,6 +158,19 @@ def test_from_slurm_reproduces_the_two_node_run(tmp_path):
         (2, 2, f"localhost:{port}")
 
 
+def test_slurm_command_prints_a_script_bash_accepts(tmp_path):
+    done = parbench("slurm", "torch-ddp", "--nodes", "2", "--gpus-per-node", "4",
+                    "--steps", "100", "--out", "my runs")
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / "job.sh"
+    script.write_text(done.stdout)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    (srun,) = [line for line in done.stdout.splitlines() if line.startswith("srun ")]
+    assert "parbench run torch-ddp --from-slurm --master-port 29500 --devices 4 --steps 100 " \
+        "--out 'my runs'" in srun
+    assert "#SBATCH --nodes=2" in done.stdout and "#SBATCH --gpus-per-node=4" in done.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--launcher", "spawn", "--nnodes", "2", "--master", "127.0.0.1:2000"],
      "torch-ddp with launcher spawn runs on one machine only"),
