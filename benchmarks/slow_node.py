@@ -32,26 +32,32 @@ BUSY = [sys.executable, "-c", "while True: pass"]
 TRAINING = ["--devices", "1", "--threads", "1", "--steps", "30", "--global-batch", "64"]
 
 
-def two_nodes(backend: str, out: Path, busy_node_1: bool) -> dict:
-    """One two-node run; node 0's record."""
+def two_nodes(backend: str, out: Path, args: list[str], pinned: bool = False) -> dict:
+    """One run of two loopback nodes (each pinned to its own core if ``pinned``); node 0's
+    record (node 1 prints its part and writes none)."""
     port = free_port()
+    nodes = [subprocess.Popen([*(["taskset", "-c", str(rank)] if pinned else []),
+                               sys.executable, "-m", "parbench.cli", "run", backend, "--nnodes",
+                               "2", "--node-rank", str(rank), "--master", f"127.0.0.1:{port}",
+                               *args, "--out", str(out)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    errors = [node.communicate()[1] for node in nodes]
+    if any(node.returncode for node in nodes):
+        sys.exit(f"a node failed:\n{errors[0][-2000:]}\n{errors[1][-2000:]}")
+    (saved,) = [line.split(": ", 1)[1] for line in errors[0].splitlines()
+                if line.startswith("ok: ")]  # node 0 names the record it wrote
+    return json.loads(Path(saved).read_text())
+
+
+def busy_core_run(backend: str, out: Path, busy_node_1: bool) -> dict:
     hog = subprocess.Popen(["taskset", "-c", "1", *BUSY]) if busy_node_1 else None
     try:
-        nodes = [subprocess.Popen(["taskset", "-c", str(rank), sys.executable, "-m",
-                                   "parbench.cli", "run", backend, "--nnodes", "2",
-                                   "--node-rank", str(rank), "--master", f"127.0.0.1:{port}",
-                                   *TRAINING, "--out", str(out / f"node{rank}")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                 for rank in (0, 1)]
-        errors = [node.communicate()[1] for node in nodes]
+        return two_nodes(backend, out, TRAINING, pinned=True)
     finally:
         if hog:
             hog.kill()
             hog.wait()
-    if any(node.returncode for node in nodes):
-        sys.exit(f"a node failed:\n{errors[0][-2000:]}\n{errors[1][-2000:]}")
-    (record,) = [json.loads(p.read_text()) for p in (out / "node0").glob("*.json")]
-    return record
 
 
 def main() -> None:
@@ -74,7 +80,8 @@ def measure(backend: str, out: Path, repeats: int) -> list[list]:
         for busy in (False, True):
             label = "node 1 shares its core with a busy process" if busy else "equal nodes"
             settle()
-            record = two_nodes(backend, out / f"{'busy' if busy else 'equal'}-r{repeat}", busy)
+            record = busy_core_run(backend, out / f"{'busy' if busy else 'equal'}-r{repeat}",
+                                   busy)
             for node in record["metrics"]["nodes"]:
                 rows.append([label, repeat, node["node"], node["step_time_ms"]["median"],
                              node["score_s"], node["data_wait_ms"]])
