@@ -289,6 +289,9 @@ class Coordinator(Link):
 
     def finish(self, status: str, error: str | None, failed_at: float | None
                ) -> tuple[str, str | None]:
+        if status != "ok" and not self.problem:  # node 0's own part failed: stop the others
+            first = (error or status).splitlines()[0]
+            _broadcast(self.channels, {"type": "stop", "reason": f"node 0 failed: {first}"})
         self._await_ends()
         failures = [(m.get("failed_at") or float("inf"), f"{self._name(n)} failed: {m['error']}")
                     for n, m in self.ends.items() if m["status"] != "ok"]
