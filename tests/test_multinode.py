@@ -18,7 +18,7 @@ from conftest import needs, parbench, records_in, run_ok
 from parbench.checkin import CheckIn, Link, NodeFailure, check_in
 from parbench.collect import all_gather_bytes, pack, unpack
 from parbench.config import UsageError
-from parbench.launchers import free_port
+from parbench.ports import free_port
 from parbench.netns import enter_private_network, private_network_unavailable
 from parbench.nodes import Nodes, differences, parse_master
 
@@ -93,6 +93,21 @@ def test_a_rank_killed_on_node_1_fails_the_run_on_node_0_naming_it(tmp_path):
     first = record["error"].splitlines()[0]
     assert first.startswith("node 1 (") and "rank 1" in first and "SIGKILL" in first, first
     assert "node 1, repeat 0: failed" in report["nodes"][1]["stderr"]
+
+
+@pytest.mark.slow
+@needs("torch")
+def test_a_rank_killed_on_node_0_stops_node_1_and_leads_the_error(tmp_path):
+    port = free_port()
+    report = run_nodes(tmp_path, [node_argv("torch-ddp", r, port, tmp_path / f"out{r}",
+                                            "--steps", "400") for r in (0, 1)],
+                       envs=[{"PARBENCH_TEST_FAULT": "kill:0:3"}, {}])
+    node0, node1 = report["nodes"]
+    assert (node0["rc"], node1["rc"]) == (1, 1)
+    assert node1["ended_s"] - node0["ended_s"] < 15, "node 1 was told to stop"
+    (record,) = records_in(tmp_path / "out0")
+    first = record["error"].splitlines()[0]
+    assert first.startswith("node 0: rank 0 (") and "SIGKILL" in first, first
 
 
 @pytest.mark.slow
