@@ -16,6 +16,7 @@ import resource
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -64,8 +65,12 @@ class Strategy(Protocol):
     def describe(self) -> dict:
         """framework, framework_version, device_names, cuda/nccl versions, notes."""
 
-    def teardown(self) -> None:
-        """Release process groups and devices."""
+    def teardown(self, failed: bool) -> None:
+        """Release what the strategy holds (its process group), once, when training ended.
+        ``failed``: this rank raised, and its peers may be blocked in a collective it will never
+        join, so it must not run a collective release (destroying an NCCL group is one, and
+        waits for them: pytorch/torchtitan#1342); it releases only its own side, or leaves that
+        to the process's exit."""
 
     def profiler(self) -> StepProfiler:
         """--profile: this strategy's step split into phases, and its framework's profiler."""
@@ -164,13 +169,26 @@ class Progress:
         write_atomic(self.path, json.dumps({"done": done, "total": self.total}).encode())
 
 
-def run_worker(job: Job, strategy: Strategy) -> RankLog:
-    """Train for the run's steps on the feed's batches, evaluating at every epoch end."""
+def run_worker(job: Job, build: Callable[[Job], Strategy],
+               train: Callable[[Strategy], RankLog] | None = None) -> RankLog:
+    """Build this process's strategy, train it for the run's steps on the feed's batches
+    (evaluating at every epoch end; ``train`` replaces this loop where a framework's own one
+    drives the steps: Keras fit), then tear it down however training ended. A failure is
+    written to the job's errors first, then re-raised after a failed teardown (see
+    Strategy.teardown). A strategy that fails to build holds nothing to tear down."""
     try:
-        return _train(job, strategy)
+        strategy = build(job)
+    except BaseException:
+        write_error(job, f"process {os.getpid()}")  # no strategy, so no rank to name yet
+        raise
+    try:
+        log = train(strategy) if train else _train(job, strategy)
     except BaseException:
         write_error(job, f"rank {strategy.rank}")
+        strategy.teardown(failed=True)
         raise
+    strategy.teardown(failed=False)
+    return log
 
 
 def _train(job: Job, strategy: Strategy) -> RankLog:

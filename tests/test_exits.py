@@ -1,6 +1,8 @@
 """The exit reports behind "rank N died first": the watcher parbench.worker forks in front of
 a rank under torchrun and paddle.distributed.launch ends exactly as the rank did, so the
-launcher sees the same exit code or signal, and the report says it first."""
+launcher sees the same exit code or signal, and the report says it first. And how a rank ends
+its strategy (parbench.loop.run_worker): a failure is written first, then torn down as failed,
+so no failed rank runs a collective release."""
 
 from __future__ import annotations
 
@@ -51,3 +53,60 @@ def test_first_failure_is_the_earliest_nonzero_report(tmp_path):
 def test_no_failure_when_every_rank_exited_zero(tmp_path):
     write_exit(tmp_path, 0, 100, 0)
     assert first_failure(tmp_path) is None
+
+
+class Recorder:
+    """A strategy that records its teardowns and whether the rank's error was written first."""
+
+    rank = 1
+
+    def __init__(self, job):
+        self.job, self.teardowns = job, []
+
+    def teardown(self, failed: bool) -> None:
+        written = sorted(p.name for p in (self.job.path / "errors").glob("*.txt"))
+        self.teardowns.append((failed, written))
+
+
+def _run(tmp_path, train, build=Recorder):
+    from types import SimpleNamespace
+
+    from parbench.loop import run_worker
+
+    built = []
+
+    def recorded(job):
+        built.append(build(job))
+        return built[-1]
+
+    job = SimpleNamespace(path=tmp_path)
+    try:
+        return run_worker(job, recorded, train=train), built
+    except BaseException as error:  # noqa: BLE001 (what run_worker re-raised)
+        return error, built
+
+
+def test_a_finished_rank_tears_down_as_finished(tmp_path):
+    log, (strategy,) = _run(tmp_path, train=lambda strategy: "the rank log")
+    assert log == "the rank log" and strategy.teardowns == [(False, [])]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_a_failed_rank_writes_its_error_then_tears_down_as_failed(tmp_path, error):
+    def fail(strategy):
+        raise error
+
+    raised, (strategy,) = _run(tmp_path, train=fail)
+    assert raised is error
+    ((failed, written),) = strategy.teardowns  # once, without a collective release
+    assert failed and len(written) == 1 and written[0].endswith("-rank 1.txt")
+
+
+def test_a_strategy_that_fails_to_build_has_nothing_to_tear_down(tmp_path):
+    def broken(job):
+        raise RuntimeError("no device")
+
+    raised, built = _run(tmp_path, train=None, build=broken)
+    assert isinstance(raised, RuntimeError) and built == []
+    (written,) = (tmp_path / "errors").glob("*.txt")
+    assert "RuntimeError: no device" in written.read_text()

@@ -143,12 +143,22 @@ def test_error_starts_with_the_rank_that_died_first(tmp_path, backend, launcher)
     assert first.startswith("rank 1 (pid ") and first.endswith("died first: killed by SIGKILL")
 
 
-@needs("torch")
-def test_raised_exception_is_named_with_its_rank(tmp_path):
-    result = parbench("run", "torch-ddp", *TINY, "--steps", "20", "--out", str(tmp_path),
+@pytest.mark.parametrize("backend,launcher", [
+    pytest.param("torch-ddp", "torchrun", marks=needs("torch")),
+    pytest.param("paddle-launch", "paddle-launch", marks=needs("paddle")),
+    pytest.param("tf-multiworker", "tf-config", marks=needs("tensorflow"))])
+def test_raised_exception_fails_the_run_quickly_and_is_named_with_its_rank(tmp_path, backend,
+                                                                           launcher):
+    """Rank 1 raises at step 2 while rank 0 goes on into the step's collective. Rank 1 writes
+    its error and tears down as failed, without a collective release (that would wait for rank
+    0: pytorch/torchtitan#1342), so the run fails in seconds, not at its --timeout."""
+    result = parbench("run", backend, "--launcher", launcher, *TINY, "--steps", "50",
+                      "--timeout", "150", "--out", str(tmp_path),
                       env={"PARBENCH_TEST_FAULT": "crash:1:2"})
-    assert result.returncode == 1
-    first = records_in(tmp_path)[0]["error"].splitlines()[0]
+    assert result.returncode == 1, result.stderr
+    (record,) = records_in(tmp_path)
+    assert record["status"] == "failed" and record["duration_s"] < 75
+    first = record["error"].splitlines()[0]
     assert first.startswith("rank 1 ") and "died first: exit code 1" in first
     assert first.endswith("raised RuntimeError: injected fault on rank 1 at step 2")
 

@@ -16,17 +16,16 @@ import paddle.distributed as dist
 
 from parbench.data import Dataset
 from parbench.job import Job
-from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import optim, runtime
 from .input import LoaderFeed, distributed_feed
-from .model import build_model, export_weights, model_notes
+from .model import build_model, model_notes
 from .modes import ModelModes
 from .profile import StepProfiler
 
 
-class DataParallelStrategy:
+class DataParallelStrategy(runtime.PaddleStrategy):
     # --- setup: one process group, one device per process
     def __init__(self, job: Job):
         runtime.setup_threads(job)
@@ -76,29 +75,17 @@ class DataParallelStrategy:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor.numpy()
 
-    def synchronize(self) -> None:
-        runtime.synchronize(self.device)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return runtime.peak_device_mb([self.device])
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.module)
-
     def describe(self) -> dict:
         return runtime.describe([self.device], self.notes,
                                 process_group=dist.get_backend() if self.grouped else None)
-
-    # --- modes: what --precision, --compile, --sync-bn and --grad-accum did on the first step,
-    # and how many steps --clip-grad-norm clipped
-    def observed(self) -> Observed:
-        return self.model_modes.observed(self.step.micro_batches, self.step.clipped_steps)
 
     # --- profile: --profile's steps, timed by phase; the all-reduce stays inside backward
     def profiler(self) -> StepProfiler:
         return StepProfiler(self.step, self.synchronize, self.grouped)
 
-    # --- teardown
-    def teardown(self) -> None:
-        if self.grouped:
+    # --- teardown: a finished rank leaves its process group; a failed one leaves it to the
+    # process's exit, which releases it without waiting for peers (a collective destroy could
+    # wait for peers blocked in a collective this rank will never join)
+    def teardown(self, failed: bool) -> None:
+        if self.grouped and not failed:
             dist.destroy_process_group()

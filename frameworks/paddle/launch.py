@@ -30,9 +30,14 @@ def remove_environment_dumps(log_dir: Path, local_rank: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def main(job: Job) -> None:
+def build(job: Job) -> DataParallelStrategy:
+    """The strategy, then this rank's dumps deleted: its process group is up, so Paddle no
+    longer reads them."""
     strategy = DataParallelStrategy(job)
     remove_environment_dumps(Path(os.environ["PADDLE_LOG_DIR"]),
                              int(os.environ["PADDLE_LOCAL_RANK"]))
-    run_worker(job, strategy)
-    strategy.teardown()
+    return strategy
+
+
+def main(job: Job) -> None:
+    run_worker(job, build)

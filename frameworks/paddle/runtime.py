@@ -1,12 +1,13 @@
 """What every Paddle strategy shares: device and threads, the optimizer step (with
---clip-grad-norm), evaluation, and the facts a record needs (versions, devices, memory peaks).
-The optimizers themselves are in optim.py."""
+--clip-grad-norm), evaluation, the facts a record needs (versions, devices, memory peaks), and
+PaddleStrategy, the base class of the strategies. The optimizers themselves are in optim.py."""
 
 from __future__ import annotations
 
 import ctypes
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import paddle
@@ -16,9 +17,14 @@ from paddle import nn
 
 from parbench.devices import physical_gpu
 from parbench.job import Job
-from parbench.modes import Modes
+from parbench.modes import Modes, Observed
 
+from .model import export_weights
 from .optim import GlobalNormClip
+
+if TYPE_CHECKING:
+    from .modes import ModelModes
+    from .profile import StepProfiler
 
 # The OpenMP runtime Paddle's CPU kernels (MKL, oneDNN) use; wheels without it report None.
 _IOMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
@@ -174,3 +180,47 @@ def describe(devices: list[str], notes: list[str] | None = None, **extra) -> dic
             "cuda_version": paddle.version.cuda() if gpu else None,
             "nccl_version": str(paddle.version.nccl()) if gpu else None,
             "compute_threads": compute_threads(), "notes": notes or [], **extra}
+
+
+class PaddleStrategy:
+    """What every Paddle strategy does alike (see parbench.loop.Strategy). A subclass sets, in
+    __init__: ``device`` (use_device's), ``module`` (the bare Layer, canonical parameter
+    names), ``model_modes`` (its ModelModes), ``step`` (its TrainStep) and ``notes`` (for the
+    record); it overrides what differs: the sum across processes, the process group's release
+    and its entry in the record, the profiler's view of communication. Its methods call this
+    module's functions of the same names."""
+
+    device: str
+    module: nn.Layer
+    model_modes: ModelModes
+    step: TrainStep
+    notes: list[str]
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values  # one process
+
+    def synchronize(self) -> None:
+        synchronize(self.device)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return peak_device_mb([self.device])
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.module)
+
+    def describe(self) -> dict:
+        return describe([self.device], self.notes)
+
+    def observed(self) -> Observed:
+        """What --precision, --compile, --sync-bn and --grad-accum did on the first step, and
+        how many steps --clip-grad-norm clipped."""
+        return self.model_modes.observed(self.step.micro_batches, self.step.clipped_steps)
+
+    def profiler(self) -> StepProfiler:
+        """--profile's steps, timed by phase (see profile.py)."""
+        from .profile import StepProfiler  # profile.py imports this module
+
+        return StepProfiler(self.step, self.synchronize)
+
+    def teardown(self, failed: bool) -> None:
+        pass  # no process group to release

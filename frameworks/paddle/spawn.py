@@ -18,9 +18,7 @@ from .data_parallel import DataParallelStrategy
 
 def _train(job: Job) -> None:
     die_with_parent()  # spawn's children would outlive a killed parent
-    strategy = DataParallelStrategy(job)
-    run_worker(job, strategy)
-    strategy.teardown()
+    run_worker(job, DataParallelStrategy)
     exit_finished()  # a finished rank must not die in interpreter finalization
 
 

@@ -26,18 +26,16 @@ from parbench.data import Dataset
 from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
-from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
 from .input import TFDataFeed
-from .model import build_model, export_weights
+from .model import build_model
 from .optimizers import make_optimizer
-from .profile import StepProfiler
 from .runtime import tf
 
 
-class Mirrored:
+class Mirrored(runtime.TFStrategy):
     # --- setup: threads, then one device per replica, before any TF op
     def __init__(self, job: Job):
         self.threads = runtime.setup_threads(job)
@@ -76,37 +74,10 @@ class Mirrored:
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
 
-    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
-        return values
-
-    def synchronize(self) -> None:
-        runtime.synchronize(self.devices)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return runtime.peak_device_mb(self.devices)
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.model, self.spec)
-
     def describe(self) -> dict:
         return runtime.describe(self.devices, cross_device_ops=type(self.reduction).__name__,
                                 **self.threads)
 
-    # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
-    def observed(self) -> Observed:
-        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches,
-                                self.optimizer)
-
-    # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
-    def profiler(self) -> StepProfiler:
-        return StepProfiler(self.strategy, self.model, self.step, self.devices)
-
-    # --- teardown: nothing to release
-    def teardown(self) -> None:
-        pass
-
 
 def main(job: Job) -> None:
-    strategy = Mirrored(job)
-    run_worker(job, strategy)
-    strategy.teardown()
+    run_worker(job, Mirrored)

@@ -24,15 +24,16 @@ What fit changes, and how the contract still holds:
 * Optimizer: the custom loops' shared rule, passed to ``compile``; its --clip-grad-norm clips
   the replicas' *summed* gradient inside the optimizer's cross-replica sum, where Keras' own
   ``global_clipnorm`` would clip each replica's part before the sum (optimizers.py).
-* Bookkeeping: fit owns the loop, so ``run_worker`` cannot drive it. A callback does per step
-  what ``run_worker`` does (fault injection, timings, losses, progress, evaluation at every
+* Bookkeeping: fit owns the loop, so ``run_worker`` hands it the training (``train=``) and
+  keeps the rest: building the strategy, writing a failure, the teardown. A callback does per
+  step what the loop does (fault injection, timings, losses, progress, evaluation at every
   epoch end with the loop's own ``evaluate_test_set``) and the loop's ``write_rank_log``
   writes rank0.json.
   fit takes each batch inside its compiled train function, out of the loop's sight, so the
   wait for data is measured there: ``tf.timestamp`` when the replicas' step starts and when its
   batch is on every replica (``FeedProbe``). A step is timed from fit's batch-begin to batch-end
   hook, less that wait, so step and wait split the time as in the custom loops.
-  After the first batch it checks that the run modes took effect, as ``run_worker`` does.
+  After the first batch it checks that the run modes took effect, as the loop does.
 * Modes: the precision policy, loss scaling (fp16) and synchronized BatchNorm as in the custom
   loops. --compile is not fit's ``jit_compile=True``: that compiles the whole per-replica step,
   optimizer included, which fails under MirroredStrategy ("Trying to access resource ...
@@ -47,6 +48,7 @@ backend takes only the ``python`` launcher; ``--launcher tf-config`` is refused 
 from __future__ import annotations
 
 import time
+from typing import NoReturn
 
 import numpy as np
 
@@ -55,14 +57,14 @@ from parbench.data import Dataset
 from parbench.feeds import Batch, Feed, FeedLog, run_length
 from parbench.job import Job
 from parbench.loop import (Progress, RankLog, check_modes, evaluate_test_set,
-                           finish_rank_log, inject_test_fault, open_feed)
+                           finish_rank_log, inject_test_fault, open_feed, run_worker)
 from parbench.modes import Observed
 from parbench.optim import lr_at
 from parbench.weights import load_weights
 
 from . import runtime
 from .input import TFDataFeed
-from .model import build_model, export_weights
+from .model import build_model
 from .optimizers import make_optimizer
 from .runtime import keras, tf
 
@@ -146,7 +148,7 @@ class StepLossModel(keras.Model):
         return {"loss": loss * self.distribute_strategy.num_replicas_in_sync}
 
 
-class MirroredKeras:
+class MirroredKeras(runtime.TFStrategy):
     # --- setup: threads, then one device per replica, before any TF op
     def __init__(self, job: Job):
         self.job, self.threads = job, runtime.setup_threads(job)
@@ -164,24 +166,26 @@ class MirroredKeras:
         self.dataset = self.feed.distributed if isinstance(self.feed, TFDataFeed) else \
             self.strategy.distribute_datasets_from_function(self._contract_pipeline)
         # --- model: compiled in the scope with the shared rule (clipping the replicas' summed
-        # gradient, as the custom loops do) and the common schedule
+        # gradient, as the custom loops do) and the common schedule; fit trains the spec's
+        # model wrapped in StepLossModel
         self.spec, modes = job.spec, job.run_modes
         runtime.set_precision(modes.precision)  # before the layers are created
         rates = [lr_at(step, self.total, job.optimizer_spec) for step in range(self.total)]
         with self.strategy.scope():
-            self.net = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
-            self.optimizer = make_optimizer(self.net, self.spec, job.optimizer_spec,
+            self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
+            self.optimizer = make_optimizer(self.model, self.spec, job.optimizer_spec,
                                             modes.precision, StepRates(rates))
             self.probe = FeedProbe(job.global_batch // job.world_size)
-            self.model = StepLossModel(self.net, self.optimizer, modes.compile, self.probe)
-            self.model.compile(
+            self.fit_model = StepLossModel(self.model, self.optimizer, modes.compile,
+                                           self.probe)
+            self.fit_model.compile(
                 optimizer=self.optimizer,
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 # fit's own XLA would compile the optimizer too: StepLossModel compiles less
                 jit_compile=False, steps_per_execution=1)
-        self.devices = runtime.checked_replica_devices(self.strategy, self.net)
+        self.devices = runtime.checked_replica_devices(self.strategy, self.model)
         runtime.reset_peak_memory(self.devices)
-        self.eval_step = runtime.make_eval_step(self.strategy, self.net)
+        self.eval_step = runtime.make_eval_step(self.strategy, self.model)
 
     # --- input: tf.data through distribute_datasets_from_function (see input.py), handed to
     # fit as it is: one pipeline, consecutive per-replica batches in replica order
@@ -208,25 +212,13 @@ class MirroredKeras:
     # --- step: fit runs Keras' train step on every replica; StepLog times it
     def train(self) -> RankLog:
         log = StepLog(self)
-        self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.total,
-                       callbacks=[log], verbose=2 if self.job.verbose else 0)
+        self.fit_model.fit(self.dataset, epochs=1, steps_per_epoch=self.total,
+                           callbacks=[log], verbose=2 if self.job.verbose else 0)
         return log.finish()
 
     # --- eval: the chunk split over the replicas, their predictions joined in row order
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
-
-    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
-        return values
-
-    def synchronize(self) -> None:
-        runtime.synchronize(self.devices)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return runtime.peak_device_mb(self.devices)
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.net, self.spec)
 
     def describe(self) -> dict:
         return runtime.describe(self.devices, [FIT_TIMING_NOTE],
@@ -236,15 +228,15 @@ class MirroredKeras:
     # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
     def observed(self) -> Observed:
         # one backward pass per batch: fit applies the optimizer on each (no accumulation)
-        return runtime.observed(self.net, self.model.gradients, 1, self.optimizer)
+        return runtime.observed(self.model, self.fit_model.gradients, 1, self.optimizer)
 
-    # --- teardown: nothing to release
-    def teardown(self) -> None:
-        pass
+    # --- profile: refused for this backend before anything starts (parbench.registry)
+    def profiler(self) -> NoReturn:
+        raise NotImplementedError("Keras fit runs its own training loop: no --profile")
 
 
 class StepLog(keras.callbacks.Callback):
-    """run_worker's per-step bookkeeping, driven by fit's batch hooks."""
+    """The loop's per-step bookkeeping, driven by fit's batch hooks."""
 
     def __init__(self, strategy: MirroredKeras):
         super().__init__()
@@ -283,6 +275,4 @@ class StepLog(keras.callbacks.Callback):
 
 
 def main(job: Job) -> None:
-    strategy = MirroredKeras(job)
-    strategy.train()
-    strategy.teardown()
+    run_worker(job, MirroredKeras, train=MirroredKeras.train)

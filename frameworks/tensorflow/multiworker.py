@@ -15,6 +15,8 @@ value (PerReplica...)"), so there is no fit variant here: tf-mirrored-keras acce
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from parbench.batches import eval_slice
@@ -22,7 +24,6 @@ from parbench.data import Dataset
 from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
-from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import cluster
@@ -32,13 +33,14 @@ GLOBAL_LOSS_NOTE = "every worker reports the global-batch loss (strategy.reduce)
 if cluster.worker_index() is not None:  # the supervising process never imports TensorFlow
     from . import runtime
     from .input import TFDataFeed
-    from .model import build_model, export_weights
+    from .model import build_model
     from .optimizers import make_optimizer
-    from .profile import StepProfiler
-    from .runtime import tf
+    from .runtime import TFStrategy, tf
+else:  # it only starts the workers, and each worker builds the strategy
+    TFStrategy = object
 
 
-class MultiWorker:
+class MultiWorker(TFStrategy):
     # --- setup: threads, this worker's device (numbered on its node), then the cluster
     # from TF_CONFIG
     def __init__(self, job: Job, index: int):
@@ -80,31 +82,9 @@ class MultiWorker:
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return runtime.all_reduce_sum(self.strategy, values)
 
-    def synchronize(self) -> None:
-        runtime.synchronize(self.devices)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return runtime.peak_device_mb(self.devices)
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.model, self.spec)
-
     def describe(self) -> dict:
         return runtime.describe(self.devices, [GLOBAL_LOSS_NOTE],
                                 communication=self.communication.name, **self.threads)
-
-    # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
-    def observed(self) -> Observed:
-        return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches,
-                                self.optimizer)
-
-    # --- profile: --profile's steps, split by timing extra compiled functions (see profile.py)
-    def profiler(self) -> StepProfiler:
-        return StepProfiler(self.strategy, self.model, self.step, self.devices)
-
-    # --- teardown: TF has no call to leave the cluster; the process exits
-    def teardown(self) -> None:
-        pass
 
 
 def main(job: Job) -> None:
@@ -112,6 +92,4 @@ def main(job: Job) -> None:
     if index is None:
         cluster.run(job)
         return
-    strategy = MultiWorker(job, index)
-    run_worker(job, strategy)
-    strategy.teardown()
+    run_worker(job, partial(MultiWorker, index=index))

@@ -1,5 +1,6 @@
 """What every TensorFlow strategy shares: threads and devices, the compiled train and eval
-steps, feeding each replica its shard, and the facts a record needs (versions, devices, memory).
+steps, feeding each replica its shard, the facts a record needs (versions, devices, memory),
+and TFStrategy, the base class of the strategies.
 
 Importing this module imports TensorFlow, so the environment it reads at import is set first.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 # TensorFlow's C++ logging reads its level once, at import: set it before. A user who wants
 # the logs sets TF_CPP_MIN_LOG_LEVEL=0 themselves (see setup_threads for job.verbose).
@@ -22,6 +24,11 @@ from parbench.batches import shard_slice  # noqa: E402
 from parbench.devices import physical_gpu  # noqa: E402
 from parbench.job import Job  # noqa: E402
 from parbench.modes import Modes, Observed  # noqa: E402
+
+if TYPE_CHECKING:
+    from parbench.spec import ModelSpec
+
+    from .profile import StepProfiler
 
 SUM = tf.distribute.ReduceOp.SUM
 Splitter = Callable[[int, int, int], slice]  # (rows, parts, part) -> rows of that part
@@ -284,3 +291,53 @@ def describe(devices: list[str], notes: list[str] | None = None, **extra) -> dic
             "cuda_version": build.get("cuda_version") if gpus else None,
             "nccl_version": build.get("nccl_version") if gpus else None,
             "keras_version": keras.__version__, "notes": notes or [], **extra}
+
+
+class TFStrategy:
+    """What every TensorFlow strategy does alike (see parbench.loop.Strategy). A subclass sets,
+    in __init__: ``strategy`` (its tf.distribute strategy), ``model`` (the spec's Keras model,
+    canonical weights), ``spec``, ``optimizer``, ``step`` (its TrainStep), ``devices`` (where
+    its replicas hold their weights: checked_replica_devices) and ``threads`` (setup_threads'
+    dict); it overrides what differs: the sum across processes, its notes. Its methods call
+    this module's functions of the same names."""
+
+    strategy: tf.distribute.Strategy
+    model: keras.Model
+    spec: ModelSpec
+    optimizer: keras.optimizers.Optimizer
+    step: TrainStep
+    devices: list[str]
+    threads: dict
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values  # one process
+
+    def synchronize(self) -> None:
+        synchronize(self.devices)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return peak_device_mb(self.devices)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        from .model import export_weights  # model.py imports this module
+
+        return export_weights(self.model, self.spec)
+
+    def describe(self) -> dict:
+        return describe(self.devices, **self.threads)
+
+    def observed(self) -> Observed:
+        """What precision, compile, sync-bn and grad-accum really did in the traced step."""
+        return observed(self.model, self.step.gradients, self.step.traced_micro_batches,
+                        self.optimizer)
+
+    def profiler(self) -> StepProfiler:
+        """--profile's steps, split by timing extra compiled functions (see profile.py)."""
+        from .profile import StepProfiler  # profile.py imports this module
+
+        return StepProfiler(self.strategy, self.model, self.step, self.devices)
+
+    def teardown(self, failed: bool) -> None:
+        # TF has no call to leave a strategy or its cluster: the process's exit releases it,
+        # after a failure too (nothing here can wait for a peer)
+        pass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from functools import partial
 
 import numpy as np
 import torch
@@ -25,20 +26,18 @@ from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.lifetime import die_with_parent, exit_finished
 from parbench.loop import run_worker
-from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
 from .input import distributed_feed
-from .model import build_model, export_weights
-from .profile import StepProfiler
+from .model import build_model
 
 # A dead peer must surface as an error, not a 30-minute gloo wait (the harness has its own
 # timeout too; this one bounds collectives inside a live run).
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 
 
-class DistributedDataParallelStrategy:
+class DistributedDataParallelStrategy(runtime.TorchStrategy):
     # --- setup: one process group, one device per process
     def __init__(self, job: Job, rank: int, init_method: str):
         runtime.setup_threads(job)
@@ -47,9 +46,10 @@ class DistributedDataParallelStrategy:
                                 rank=rank, world_size=job.world_size, timeout=COLLECTIVE_TIMEOUT)
         local_rank = rank - job.first_rank  # the GPUs of a node are numbered on that node
         self.device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+        self.devices = [self.device]
         if cuda:
             torch.cuda.set_device(self.device)
-        runtime.reset_peak_memory([self.device])
+        runtime.reset_peak_memory(self.devices)
         # --- model: every rank loads the same canonical weights; DDP also broadcasts rank 0's.
         # --sync-bn converts BatchNorm before wrapping (CUDA only: refused on CPU by config);
         # --compile compiles DDP(module): it traces only because our models are nn.Module
@@ -88,35 +88,22 @@ class DistributedDataParallelStrategy:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor.cpu().numpy()
 
-    def synchronize(self) -> None:
-        runtime.synchronize(self.device)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return runtime.peak_device_mb([self.device])
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.module)
-
     def describe(self) -> dict:
-        return runtime.describe([self.device], process_group=dist.get_backend())
+        return runtime.describe(self.devices, process_group=dist.get_backend())
 
-    # --- modes: what the run modes did on the first step, as runtime.Step saw it
-    def observed(self) -> Observed:
-        return self.step.observed()
-
-    # --- profile: --profile's steps, timed by phase; a comm hook times each bucket's all-reduce
-    def profiler(self) -> StepProfiler:
-        return StepProfiler(self.step, self.synchronize)
-
-    # --- teardown
-    def teardown(self) -> None:
-        dist.destroy_process_group()
+    # --- teardown: a finished rank leaves the process group with its peers. A failed one must
+    # not: destroying an NCCL group is collective, and its peers may be blocked in a collective
+    # this rank will never join (pytorch/torchtitan#1342); abort() drops the group's pending
+    # work and connections instead, waiting for no peer (measured on gloo)
+    def teardown(self, failed: bool) -> None:
+        if failed:
+            dist.group.WORLD.abort()
+        else:
+            dist.destroy_process_group()
 
 
 def _train(rank: int, job: Job, init_method: str) -> None:
-    strategy = DistributedDataParallelStrategy(job, rank, init_method)
-    run_worker(job, strategy)
-    strategy.teardown()
+    run_worker(job, partial(DistributedDataParallelStrategy, rank=rank, init_method=init_method))
 
 
 def _spawned(rank: int, job: Job, init_method: str) -> None:

@@ -6,7 +6,7 @@ where the loss and the optimizer run: device 0 holds more memory than the others
 Without CUDA, DataParallel silently runs the module on the CPU as is; the harness refuses
 ``--devices`` > 1 there, and the record notes the no-op. ``--precision`` enters autocast inside
 the replicated forward too (runtime.AutocastForward); ``--compile`` and ``--sync-bn`` are
-refused (see parbench.modes.REFUSALS).
+refused (see parbench.registry, torch-dp's refusals).
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from parbench.data import Dataset
 from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
-from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
 from .input import random_feed
-from .model import build_model, export_weights
+from .model import build_model
 from .profile import DATA_PARALLEL, ONE_DEVICE, StepProfiler
 
 NO_OP_NOTE = "nn.DataParallel without CUDA is a no-op: the module ran unchanged on the CPU"
@@ -33,7 +32,7 @@ ACCUMULATION_NOTE = ("--grad-accum under nn.DataParallel: each micro-batch's bac
                      "accumulation bounds activation memory but does not reduce communication")
 
 
-class DataParallelStrategy:
+class DataParallelStrategy(runtime.TorchStrategy):
     # --- setup: threads and the devices DataParallel will use
     def __init__(self, job: Job):
         runtime.setup_threads(job)
@@ -75,19 +74,6 @@ class DataParallelStrategy:
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.model, x, y, self.devices[0], self.modes.precision)
 
-    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
-        return values
-
-    def synchronize(self) -> None:
-        for device in self.devices:
-            runtime.synchronize(device)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return runtime.peak_device_mb(self.devices)
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.module)
-
     def describe(self) -> dict:
         no_op, notes = self.devices[0].type == "cpu", []
         if no_op:
@@ -96,21 +82,11 @@ class DataParallelStrategy:
             notes.append(ACCUMULATION_NOTE)
         return runtime.describe(self.devices, notes, dataparallel_no_op=no_op)
 
-    # --- modes: what the run modes did on the first step, as runtime.Step saw it
-    def observed(self) -> Observed:
-        return self.step.observed()
-
     # --- profile: --profile's steps, timed by phase; DataParallel's transfers stay inside them
     def profiler(self) -> StepProfiler:
         return StepProfiler(self.step, self.synchronize,
                             DATA_PARALLEL if len(self.devices) > 1 else ONE_DEVICE)
 
-    # --- teardown: nothing to release
-    def teardown(self) -> None:
-        pass
-
 
 def main(job: Job) -> None:
-    strategy = DataParallelStrategy(job)
-    run_worker(job, strategy)
-    strategy.teardown()
+    run_worker(job, DataParallelStrategy)

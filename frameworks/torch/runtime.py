@@ -1,11 +1,12 @@
 """What every torch strategy shares: device and threads, the optimizer step in the run's modes
-(precision, micro-batches), evaluation, and the facts a record needs (versions, devices, memory
-peaks, what the modes did)."""
+(precision, micro-batches), evaluation, the facts a record needs (versions, devices, memory
+peaks, what the modes did), and TorchStrategy, the base class of the strategies."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,7 +19,10 @@ from parbench.modes import Modes, Observed
 from parbench.optim import OptimizerSpec
 from parbench.spec import ModelSpec, parameters
 
-from .model import first_layer
+from .model import export_weights, first_layer
+
+if TYPE_CHECKING:
+    from .profile import StepProfiler
 
 
 def setup_threads(job: Job) -> None:
@@ -248,3 +252,44 @@ def describe(devices: list[torch.device], notes: list[str] | None = None, **extr
             "device_names": names, "gpus": gpus,
             "cuda_version": torch.version.cuda if cuda else None,
             "nccl_version": nccl, "notes": notes or [], **extra}
+
+
+class TorchStrategy:
+    """What every torch strategy does alike (see parbench.loop.Strategy). A subclass sets, in
+    __init__: ``devices`` (the devices this process drives, inputs on the first), ``module``
+    (the bare nn.Module, canonical parameter names) and ``step`` (its Step); it overrides what
+    differs: the collective sum and release of a process group, its notes, its profiler.
+    Its methods call this module's functions of the same names."""
+
+    devices: list[torch.device]
+    module: nn.Module
+    step: Step
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values  # one process
+
+    def synchronize(self) -> None:
+        for device in self.devices:
+            synchronize(device)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return peak_device_mb(self.devices)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.module)
+
+    def describe(self) -> dict:
+        return describe(self.devices)
+
+    def observed(self) -> Observed:
+        """What the run modes did on the first step, as Step saw it."""
+        return self.step.observed()
+
+    def profiler(self) -> StepProfiler:
+        """--profile's steps, timed by phase (see profile.py)."""
+        from .profile import StepProfiler  # profile.py imports this module
+
+        return StepProfiler(self.step, self.synchronize)
+
+    def teardown(self, failed: bool) -> None:
+        pass  # no process group to release

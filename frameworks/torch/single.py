@@ -9,21 +9,20 @@ from parbench.data import Dataset
 from parbench.feeds import Feed
 from parbench.job import Job
 from parbench.loop import run_worker
-from parbench.modes import Observed
 from parbench.weights import load_weights
 
 from . import runtime
 from .input import random_feed
-from .model import build_model, export_weights
-from .profile import StepProfiler
+from .model import build_model
 
 
-class SingleDevice:
+class SingleDevice(runtime.TorchStrategy):
     # --- setup: threads and the one device
     def __init__(self, job: Job):
         runtime.setup_threads(job)
         self.device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-        runtime.reset_peak_memory([self.device])
+        self.devices = [self.device]
+        runtime.reset_peak_memory(self.devices)
         # --- model: canonical weights, the run's optimizer (SGD or AdamW, the shared rules);
         # --compile compiles the module
         weights = load_weights(job.weights_path)
@@ -49,35 +48,6 @@ class SingleDevice:
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.module, x, y, self.device, self.modes.precision)
 
-    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
-        return values
-
-    def synchronize(self) -> None:
-        runtime.synchronize(self.device)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return runtime.peak_device_mb([self.device])
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.module)
-
-    def describe(self) -> dict:
-        return runtime.describe([self.device])
-
-    # --- modes: what the run modes did on the first step, as runtime.Step saw it
-    def observed(self) -> Observed:
-        return self.step.observed()
-
-    # --- profile: --profile's steps, timed by phase (see profile.py)
-    def profiler(self) -> StepProfiler:
-        return StepProfiler(self.step, self.synchronize)
-
-    # --- teardown: nothing to release
-    def teardown(self) -> None:
-        pass
-
 
 def main(job: Job) -> None:
-    strategy = SingleDevice(job)
-    run_worker(job, strategy)
-    strategy.teardown()
+    run_worker(job, SingleDevice)
