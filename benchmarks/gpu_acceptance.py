@@ -31,7 +31,7 @@ import tempfile
 from itertools import product
 from pathlib import Path
 
-from parbench.backends import BACKENDS, Backend
+from parbench.registry import BACKENDS, Backend
 from parbench.devices import gpu_count
 from parbench.modes import COMPUTE_DTYPES, PRECISIONS
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from .backends import BACKENDS
+from .registry import BACKENDS, FRAMEWORKS, REFERENCE
 from .compare import (choose_backends, parse_device_counts, run_sweep, sweep_configs,
                       warn_if_busy)
 from .config import UsageError
@@ -86,8 +86,8 @@ def cmd_parity(args: argparse.Namespace) -> int:
     from .parity import installed_frameworks, run_compile_parity, run_parity
 
     frameworks = args.framework or installed_frameworks()
-    if "torch" not in installed_frameworks():
-        raise UsageError("parity compares against torch, which is not installed here")
+    if REFERENCE not in installed_frameworks():
+        raise UsageError(f"parity compares against {REFERENCE}, which is not installed here")
     unknown = [b for b in args.strategies if b not in BACKENDS]
     if unknown:
         raise UsageError(f"unknown backend(s) {', '.join(unknown)}; see 'parbench list'")
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("backends", nargs="*", help="default: every installed backend")
     compare.add_argument("--devices", dest="device_counts", default="1,2",
                          help="comma-separated device counts (1,2)")
-    compare.add_argument("--framework", choices=("torch", "tensorflow", "paddle"),
+    compare.add_argument("--framework", choices=tuple(FRAMEWORKS),
                          help="only this framework's installed backends")
     compare.add_argument("--resume", action="store_true",
                          help="skip runs whose configuration already has an ok record")
@@ -162,9 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "and compile caches (0)")
     add_run_options(compare)
     compare.set_defaults(func=cmd_compare)
-    parity = sub.add_parser("parity", help="cross-framework checks against torch")
+    parity = sub.add_parser("parity", help=f"cross-framework checks against {REFERENCE}")
     parity.add_argument("--framework", action="append",
-                        choices=("torch", "tensorflow", "paddle"),
+                        choices=tuple(FRAMEWORKS),
                         help="check only this framework (repeatable); default: all installed")
     parity.add_argument("--strategies", nargs="*", default=[], metavar="BACKEND",
                         help="also check these parallel backends on 2 devices vs single")

@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .backends import BACKENDS, Backend
+from .registry import BACKENDS, Backend
 from .config import RunConfig, UsageError, resolve
 from .devices import cpu_count
 from .harness import Prepared, prepare, run_once, spec_hash

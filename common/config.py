@@ -11,7 +11,7 @@ from pathlib import Path
 from types import NoneType
 from typing import get_args, get_type_hints
 
-from .backends import BACKENDS, Backend
+from .registry import BACKENDS, Backend
 from .data import DATASET_NAMES, NEEDS_DATA_DIR
 from .devices import cpu_count, gpu_count
 from .netns import private_network_unavailable
@@ -22,18 +22,6 @@ from .spec import MODEL_NAMES, MODELS
 
 
 ISOLATION_CHOICES = ("auto", "on", "off")
-
-# Launchers people ask for that cannot work, with the reason.
-LAUNCHER_REFUSALS = {
-    ("tf-mirrored-keras", "tf-config"): " (Keras 3 fit fails under "
-    "MultiWorkerMirroredStrategy upstream, keras-team/keras#20585: use tf-multiworker)",
-}
-
-# Backends whose steps parbench cannot split into phases, with the reason.
-PROFILE_REFUSALS = {
-    "tf-mirrored-keras": "Keras fit runs its own training loop, so parbench cannot time its "
-    "steps by phase; profile tf-mirrored, the same strategy in a custom loop",
-}
 
 
 # What an optimizer option means when not given; an option of the other optimizer is an error.
@@ -49,7 +37,7 @@ class UsageError(Exception):
 
 @dataclass
 class RunConfig:
-    backend: str = "torch-single"
+    backend: str = next(iter(BACKENDS))  # the registry's first framework's single backend
     devices: int | None = None  # default: 2 for a parallel backend, else 1
     launcher: str | None = None  # default: the backend's first launcher
     dataset: str = "synthetic"
@@ -152,7 +140,7 @@ def _available_devices(backend: Backend) -> tuple[int, str]:
     gpus = gpu_count()
     if gpus:
         return gpus, "GPUs"
-    if backend.needs_gpu_for_parallel:
+    if backend.gpu_for_parallel:
         return 1, "CUDA devices (none found; on CPU it is a no-op that runs on one device)"
     return cpu_count(), "CPU cores"
 
@@ -165,8 +153,7 @@ def _world_size(cfg: RunConfig, backend: Backend) -> int:
         raise UsageError(f"{backend.name} runs on one device; use --devices 1")
     limit, what = _available_devices(backend)
     if devices > limit:
-        hint = " (use torch-ddp for multi-process CPU runs)" if backend.needs_gpu_for_parallel \
-            else ""
+        hint = f" ({backend.gpu_for_parallel})" if backend.gpu_for_parallel else ""
         raise UsageError(f"{backend.name}: --devices {devices} but this machine has {limit} "
                          f"{what}{hint}")
     return devices
@@ -236,12 +223,13 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     _check_choices(cfg)
     launcher = cfg.launcher or backend.launchers[0]
     if launcher not in backend.launchers:
-        why = LAUNCHER_REFUSALS.get((backend.name, launcher), "")
-        raise UsageError(f"{backend.name} has no launcher {launcher!r}{why}; it supports "
+        why = backend.launcher_refusals.get(launcher)
+        raise UsageError(f"{backend.name} has no launcher {launcher!r}"
+                         f"{f' ({why})' if why else ''}; it supports "
                          f"{', '.join(backend.launchers)}")
-    if cfg.profile and backend.name in PROFILE_REFUSALS:
+    if cfg.profile and backend.profile_refusal:
         raise UsageError(f"--profile is not available for {backend.name}: "
-                         f"{PROFILE_REFUSALS[backend.name]}")
+                         f"{backend.profile_refusal}")
     try:
         nodes = resolve_nodes(cfg.nnodes, cfg.node_rank, cfg.master, cfg.ifname,
                               cfg.join_timeout, backend, launcher)

@@ -19,12 +19,13 @@ from .data import Dataset, DatasetError, load_dataset
 from .envinfo import machine_env
 from .exits import first_failure_time
 from .job import Job
-from .launchers import command, free_port
+from .ports import free_port
 from .lifetime import private_tempdir
 from .load import LoadSample, load_env
 from .loop import RankLog
 from .nodes import comparable
 from .profiling import attach, window
+from .registry import LAUNCHERS
 from .results import SCHEMA_VERSION, aggregate, name_of, run_variant, warmup_steps
 from .samples import input_metrics
 from .spec import ModelSpec, build_spec, sha256_of, spec_dict
@@ -108,8 +109,8 @@ def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None,
                profile_steps=_profile_steps(prepared), modes=plan.modes.as_dict(),
                epochs=plan.epochs, nnodes=plan.nnodes,
                node_rank=plan.nodes.node_rank if plan.nodes else 0,
-               cluster=checked_in.workers() if checked_in and plan.launcher == "tf-config"
-               else None)
+               cluster=checked_in.workers()
+               if checked_in and LAUNCHERS[plan.launcher].worker_ports else None)
 
 
 def _profile_steps(prepared: Prepared) -> list[int] | None:
@@ -149,8 +150,9 @@ def execute(prepared: Prepared, workdir: Path, repeat: int,
         return Execution("failed", str(err), None, launch, time.time() - launch,
                          load_env(before, LoadSample.now()), workdir)
     job_path = _job(prepared, workdir, save_weights_to, checked_in).save()
-    status, code = supervise(command(plan.launcher, job_path, plan.devices_per_node,
-                                     plan.nodes), plan, prepared.cfg, workdir, link)
+    launcher = LAUNCHERS[plan.launcher]
+    status, code = supervise(launcher.command(job_path, plan.devices_per_node, plan.nodes),
+                             plan, prepared.cfg, workdir, link)
     load = load_env(before, LoadSample.now())  # every process of the run is reaped now
     duration = time.time() - launch
     logs = _rank_logs(workdir, _ranks_here(plan)) if status == "ok" else None
@@ -176,7 +178,7 @@ def _check_in(prepared: Prepared, repeat: int) -> tuple[Link | None, CheckIn | N
     derived = {"world_size": plan.world_size, "threads_resolved": plan.threads,
                "spec_sha256": prepared.spec_sha256, "repeat": repeat}
     ports = [free_port() for _ in range(plan.devices_per_node)] \
-        if plan.launcher == "tf-config" else []
+        if LAUNCHERS[plan.launcher].worker_ports else []
     return check_in(plan.nodes, comparable(asdict(prepared.cfg), derived), ports)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from .backends import Backend
+from .registry import Backend
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 INPUTS = ("arrays", "native")
@@ -54,56 +54,21 @@ def modes_of(record: dict) -> Modes:
     return Modes(**record.get("modes", {}))
 
 
-# (framework or backend, mode) -> why it cannot run, or a function of the machine's GPU count
-# giving that reason (None: it can). Backend names win over framework names.
-NO_CPU_AMP = ("Paddle AMP has no effect on CPU: under paddle.amp.auto_cast to bfloat16 or "
-              "float16 a Conv2D's and a Linear's outputs stay float32, eagerly and under "
-              "to_static, with only a warning that AMP needs a CUDA, XPU or custom place "
-              "(measured, Paddle 3.3.1)")
-REFUSALS: dict[tuple[str, str], str] = {
-    ("torch-dp", "sync_bn"): "nn.SyncBatchNorm reduces over a torch.distributed process group, "
-    "which nn.DataParallel's one process does not have: without one it silently runs as "
-    "per-replica BatchNorm (use torch-ddp)",
-    ("torch-dp", "compile"): "nn.DataParallel runs each replica's forward in a worker thread "
-    "that torch.compile's frame hook does not reach (the replicas run eagerly), and replicating "
-    "a compiled module instead empties the original's parameters (use torch-ddp)",
-    ("tf-mirrored-keras", "grad_accum"): "Keras fit applies the optimizer on every batch; "
-    "gradient accumulation needs a custom loop (use tf-mirrored)",
-}
-FRAMEWORK_REFUSALS: dict[tuple[str, str], str] = {
-    ("tensorflow", "loader_workers"): "tf.data has no worker processes: it parallelises inside "
-    "the pipeline (num_parallel_calls, prefetch), which --input native sets to AUTOTUNE",
-}
-# Two modes together that a framework cannot run without GPUs.
-GPU_ONLY_PAIRS = {
-    ("tensorflow", "sync_bn", "compile"): "the synchronized BatchNorm's all-reduce inside the "
-    "XLA-compiled gradient function is a cross-replica merge_call, which TensorFlow refuses "
-    "inside a nested function unless every device is a GPU",
-}
-GPU_ONLY = {
-    ("torch", "sync_bn"): "nn.SyncBatchNorm needs CUDA (it raises ValueError on CPU)",
-    ("paddle", "sync_bn"): "paddle.nn.SyncBatchNorm has no CPU kernel (its forward raises "
-    "'The kernel `sync_batch_norm` is not registered', measured on Paddle 3.3.1)",
-    ("paddle", "precision"): NO_CPU_AMP,
-}
-
-
 def refusal(backend: Backend, modes: Modes, gpus: int, has_batchnorm: bool, devices: int,
             per_device_batch: int) -> str | None:
     """Why ``backend`` cannot run ``modes`` here (one line for a UsageError), or None."""
     if modes.sync_bn and devices == 1:
         return ("--sync-bn needs several devices: one device has no other BatchNorm "
                 "statistics to synchronize")
-    asked = set(modes.changed())
+    asked, framework = set(modes.changed()), backend.info
     for mode in sorted(asked):
-        why = REFUSALS.get((backend.name, mode)) or FRAMEWORK_REFUSALS.get(
-            (backend.framework, mode))
+        why = backend.refusals.get(mode) or framework.refusals.get(mode)
         if why is None and not gpus:
-            why = GPU_ONLY.get((backend.framework, mode))
+            why = framework.gpu_only.get(mode)
         if why:
             return f"{_option(modes, mode)} is not available for {backend.name}: {why}"
-    for (framework, first, second), why in GPU_ONLY_PAIRS.items():
-        if backend.framework == framework and {first, second} <= asked and not gpus:
+    for (first, second), why in framework.gpu_only_pairs.items():
+        if {first, second} <= asked and not gpus:
             return (f"{_option(modes, first)} with {_option(modes, second)} is not available "
                     f"for {backend.name} without GPUs: {why}")
     if modes.sync_bn and not has_batchnorm:

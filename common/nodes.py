@@ -13,16 +13,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from .backends import Backend
+from .registry import LAUNCHERS, Backend, spanning_backends
 
-# Launchers that can start a run's processes on several machines, and why the others cannot.
-MULTI_NODE_LAUNCHERS = ("torchrun", "tf-config", "paddle-launch")
-SINGLE_NODE_WHY = {
-    "spawn": "it starts every process on this machine (torch.multiprocessing.spawn / "
-             "paddle.distributed.spawn)",
-    "python": "one process drives every device",
-}
-MULTI_NODE_BACKENDS = "torch-ddp (torchrun), tf-multiworker, paddle-launch"
 # Options that may differ between the nodes of one run: where each node keeps its files and
 # logs, how long it waits, and what identifies the node itself.
 NODE_LOCAL = ("node_rank", "out", "verbose", "timeout", "data_dir", "isolate_network",
@@ -88,10 +80,10 @@ def resolve_nodes(nnodes: int, node_rank: int, master: str | None, ifname: str |
             raise NodesError("--node-rank and --master belong to multi-node runs: give "
                              "--nnodes N (N > 1) too")
         return None
-    if launcher not in MULTI_NODE_LAUNCHERS:
-        why = SINGLE_NODE_WHY.get(launcher, f"launcher {launcher} is single-node")
+    why = LAUNCHERS[launcher].single_node
+    if why:
         raise NodesError(f"{backend.name} with launcher {launcher} runs on one machine only "
-                         f"({why}); multi-node backends: {MULTI_NODE_BACKENDS}")
+                         f"({why}); multi-node backends: {spanning_backends()}")
     if not 0 <= node_rank < nnodes:
         raise NodesError(f"--node-rank must be in 0..{nnodes - 1} for --nnodes {nnodes}, "
                          f"got {node_rank}")

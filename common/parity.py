@@ -29,6 +29,7 @@ import numpy as np
 from .config import RunConfig
 from .harness import prepare, run_once
 from .lifetime import private_tempdir
+from .registry import BACKENDS, FRAMEWORKS, REFERENCE
 from .spec import build_spec, spec_dict
 from .weights import initial_weights, load_weights, save_weights
 
@@ -56,9 +57,6 @@ FAMILIES = {
                   dict(model="vit", optimizer="adamw", lr=2e-3, clip_grad_norm=4.0)),
 }
 FORWARD_CASES = tuple(case for family in FAMILIES.values() for case in family.forward_cases)
-FRAMEWORKS = ("torch", "tensorflow", "paddle")
-REFERENCE = "torch"
-SINGLE_PREFIX = {"torch": "torch", "tensorflow": "tf", "paddle": "paddle"}  # <prefix>-single
 
 
 @dataclass
@@ -183,10 +181,7 @@ def compare_runs(label: str, reference: tuple[dict, dict], other: tuple[dict, di
 
 
 def installed_frameworks() -> list[str]:
-    from .backends import BACKENDS  # registry lookups only; nothing is imported
-
-    return [fw for fw in FRAMEWORKS
-            if BACKENDS[f"{SINGLE_PREFIX[fw]}-single"].missing_reason() is None]
+    return [name for name, fw in FRAMEWORKS.items() if fw.missing_reason() is None]
 
 
 def run_compile_parity(frameworks: list[str], strategies: list[str], folder: Path,
@@ -194,7 +189,7 @@ def run_compile_parity(frameworks: list[str], strategies: list[str], folder: Pat
     """Each framework's single backend and each listed strategy (2 devices): the compiled
     10-step trajectory against the eager one of the same backend."""
     checks: list[Comparison] = []
-    cases = [(f"{SINGLE_PREFIX[fw]}-single", 1) for fw in frameworks] + \
+    cases = [(FRAMEWORKS[fw].single, 1) for fw in frameworks] + \
         [(backend, 2) for backend in strategies]
     for backend, devices in cases:
         eager = run_trajectory(backend, folder / "eager", family=family, devices=devices)
@@ -209,24 +204,23 @@ def run_parity(frameworks: list[str], strategies: list[str], folder: Path,
     """Forward cases and 10-step trajectories of each framework against torch, then each
     listed parallel backend on 2 devices against its own framework's single device."""
     checks: list[Comparison] = []
-    singles = {REFERENCE: run_trajectory("torch-single", folder / "trajectory", family=family)}
+    reference = FRAMEWORKS[REFERENCE].single
+    singles = {REFERENCE: run_trajectory(reference, folder / "trajectory", family=family)}
     for framework in frameworks:
         if framework == REFERENCE:
             continue
         for model, mode in FAMILIES[family].forward_cases:
             checks += compare_forward(framework, model, mode, folder / f"{model}-{mode}")
-        single = f"{SINGLE_PREFIX[framework]}-single"
+        single = FRAMEWORKS[framework].single
         singles[framework] = run_trajectory(single, folder / "trajectory", family=family)
-        checks += compare_runs(f"{single} vs torch-single", singles[REFERENCE],
+        checks += compare_runs(f"{single} vs {reference}", singles[REFERENCE],
                                singles[framework])
     for backend in strategies:
-        framework = next(fw for fw, prefix in SINGLE_PREFIX.items()
-                         if backend.startswith(prefix + "-"))
+        framework = BACKENDS[backend].framework
+        single = FRAMEWORKS[framework].single
         if framework not in singles:
-            singles[framework] = run_trajectory(f"{SINGLE_PREFIX[framework]}-single",
-                                                folder / "trajectory", family=family)
-        checks += compare_runs(f"{backend} x2 vs {SINGLE_PREFIX[framework]}-single",
-                               singles[framework],
+            singles[framework] = run_trajectory(single, folder / "trajectory", family=family)
+        checks += compare_runs(f"{backend} x2 vs {single}", singles[framework],
                                run_trajectory(backend, folder / "strategies", family=family,
                                               devices=2),
                                STRATEGY_TOLERANCE)

@@ -15,6 +15,7 @@ from tabulate import tabulate
 
 from .headline import headline_columns, headline_rows, warnings
 from .noderows import NODE_SCORES, node_rows, node_scores
+from .registry import FRAMEWORKS
 from .results import BUSY_LOAD_PER_CORE
 from .rows import (KEY, MODE_COLUMNS, NOISY_CV_PERCENT, RUN_KEY, Cell, Group, Row, build_groups,
                    environment_rows)
@@ -35,10 +36,9 @@ PROFILE_NOTES = [
     "their times. Per backend x devices: medians over the ok repeats of the slowest rank's "
     "median phase times, and the first repeat's top 3 operations by self time per step.",
     "Each record's <record>.profile.json has every rank, every profiled step and what each "
-    "phase includes: under DDP communication overlaps backward (it is inside it, not added); "
-    "TensorFlow's phases are estimates by subtraction of separately compiled functions; "
-    "Paddle's communication is a separately timed all-reduce of the gradients' size (the real "
-    "one is inside backward).",
+    "phase includes: " + "; ".join(f"{name}: {framework.profile_note}"
+                                   for name, framework in FRAMEWORKS.items()
+                                   if framework.profile_note) + ".",
 ]
 PER_NODE = (*KEY, "node", "host", "ranks", "step ms p50", "scoring s", "scoring vs fastest",
             "data wait ms")

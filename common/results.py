@@ -14,6 +14,7 @@ from .config import Plan, UsageError
 from .files import write_atomic
 from .loop import RankLog
 from .profiling import SUFFIX
+from .registry import FRAMEWORKS
 from .spec import sha256_of
 
 SCHEMA_VERSION = 5  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
@@ -23,6 +24,7 @@ SCHEMA_VERSION = 5  # 2: variant, env.network_isolated, env.load_1m_start/_end, 
 # Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
 # from the contract's arrays).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
+SCHEMA["properties"]["framework"] = {"enum": list(FRAMEWORKS)}  # the registry's, not a copy
 STATUSES = ("ok", "failed", "timeout")
 BUSY_LOAD_PER_CORE = 0.5  # a run that starts with more load than this per core is noisy
 # Where a record goes when --out cannot take it: /dev/shm is memory, so a full disk does not

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import BACKENDS
+from .registry import BACKENDS
 from .modes import Modes, modes_of
 from .profiling import PHASES
 from .results import run_was_busy

@@ -23,6 +23,7 @@ from .modes import INPUTS, PRECISIONS
 from .optim import OPTIMIZERS
 from .profiling import DOCUMENT_KEY
 from .report import render
+from .registry import BACKENDS, spanning_backends
 from .results import probe_file, probe_folder, save_record
 from .slurm import DEFAULT_MASTER_PORT, slurm_node
 
@@ -31,7 +32,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Options that map 1:1 onto RunConfig fields; None means 'not given here'."""
     add = parser.add_argument
     add("--config", help="TOML or JSON file with RunConfig keys; options given here win")
-    add("--launcher", help="torch-ddp: torchrun (default) or spawn")
+    add("--launcher", help="; ".join(f"{b.name}: {' (default) or '.join(b.launchers)}"
+                                     for b in BACKENDS.values() if len(b.launchers) > 1))
     add("--dataset", help="synthetic (default), digits, cifar10, mnist")
     add("--data-dir", help="folder with the dataset's official files (cifar10, mnist)")
     add("--model", help="resnet (default), resnet-nonorm, mlp, vit (see parbench.spec)")
@@ -77,7 +79,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="fp32 (default); bf16 or fp16: autocast / mixed-precision policy (fp16 with loss "
         "scaling); the record states the dtype the first layer really computed in")
     add("--compile", action="store_true", default=None,
-        help="torch.compile, TensorFlow XLA (jit_compile), Paddle to_static; the first step "
+        help="each framework's compiler (see docs/porting.md section 14); the first step "
         "holds the compile time, steady-state figures exclude it")
     add("--sync-bn", action="store_true", default=None,
         help="BatchNorm statistics over the global batch instead of each device's shard")
@@ -86,10 +88,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "once per step (1)")
     add("--input", choices=INPUTS,
         help="arrays (default): parbench slices the contract's shards; native: each "
-        "framework's own loader and sharding (DataLoader + DistributedSampler, tf.data, "
-        "DistributedBatchSampler); the record shows which samples each device trained on")
+        "framework's own loader and sharding (docs/porting.md section 15); the record shows "
+        "which samples each device trained on")
     add("--loader-workers", type=int, metavar="N",
-        help="--input native: the loader's worker processes, torch and Paddle (0)")
+        help="--input native: the loader's worker processes, where the framework's loader "
+        "has them (0)")
     add("--train-subset", type=int, metavar="N",
         help="train on the first N training samples (an uneven size shows how each loader "
         "handles a tail)")
@@ -106,7 +109,7 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
     """Multi-node options of 'parbench run' (see parbench.nodes and docs/multinode.md)."""
     nodes = parser.add_argument_group(
         "multi-node", "one 'parbench run' per node, same options, its own --node-rank; "
-        "--devices is per node (torch-ddp with torchrun, tf-multiworker, paddle-launch)")
+        f"--devices is per node; backends: {spanning_backends()}")
     add = nodes.add_argument
     add("--nnodes", type=int, help="machines in the run (1)")
     add("--node-rank", type=int, help="this machine's index, 0 to nnodes-1; node 0 writes "

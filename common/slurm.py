@@ -18,7 +18,7 @@ from typing import NoReturn
 
 import hostlist
 
-from .backends import BACKENDS
+from .registry import BACKENDS
 from .config import UsageError
 
 DEFAULT_MASTER_PORT = 29500

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 # Absolute imports: paddle.distributed.launch runs this file as a script.
-from parbench.backends import get_backend
+from parbench.registry import get_backend
 from parbench.exits import fork_watcher
 from parbench.job import Job, write_error
 from parbench.lifetime import die_with_parent, exit_finished

@@ -8,13 +8,14 @@ import json
 import os
 import pickle
 import subprocess
+from fnmatch import fnmatch
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from parbench.backends import BACKENDS
+from parbench.registry import FRAMEWORKS
 
 
 def parbench(*args: str, env: dict | None = None, timeout: float = 600,
@@ -69,9 +70,17 @@ def records_in(folder: Path) -> list[dict]:
 
 def needs(framework: str):
     """Skip marker for tests of a framework that is not installed here."""
-    backend = next(b for b in BACKENDS.values() if b.framework == framework)
-    reason = backend.missing_reason()
+    reason = FRAMEWORKS[framework].missing_reason()
     return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A framework's own test files (parbench.registry: Framework.test_files) are skipped
+    where it is not installed, without a marker in each file."""
+    for item in items:
+        for framework in FRAMEWORKS.values():
+            if any(fnmatch(item.path.name, pattern) for pattern in framework.test_files):
+                item.add_marker(needs(framework.name))
 
 
 def write_cifar(folder, n_per_batch=20, seed=0):

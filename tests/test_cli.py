@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import parbench, write_cifar
-from parbench.backends import BACKENDS
+from parbench.registry import BACKENDS
 from parbench.devices import gpu_count
 
 

@@ -140,7 +140,7 @@ def test_autocast_is_entered_inside_each_replica_thread():
 
 @pytest.mark.parametrize("backend,devices,option", [
     pytest.param("torch-ddp", "2", "--sync-bn", marks=ON_CPU),
-    # refused with GPUs too (see parbench.modes.REFUSALS); on CPU torch-dp has one device only
+    # refused with GPUs too (parbench.registry: torch-dp's refusals); on CPU torch-dp has one device
     pytest.param("torch-dp", "2", "--sync-bn", marks=TWO_GPUS),
     ("torch-dp", "1", "--compile"),
 ])

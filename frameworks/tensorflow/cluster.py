@@ -18,7 +18,7 @@ from pathlib import Path
 
 from parbench.exits import how, write_exit
 from parbench.job import Job
-from parbench.launchers import LOCALHOST, free_port
+from parbench.ports import LOCALHOST, free_port
 
 WORKER_ENV = "PARBENCH_TF_WORKER"  # the worker's index; absent in the supervising process
 POLL_S = 0.1

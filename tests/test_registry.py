@@ -1,0 +1,122 @@
+"""The framework registry is the one place a framework is declared: the folders, packaging and
+tox agree with it, common/ spells no framework's name anywhere else, and a framework added to
+it reaches every table derived from it."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from parbench.registry import BACKENDS, FRAMEWORKS, LAUNCHERS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def framework_folders() -> set[str]:
+    return {p.parent.name for p in (ROOT / "frameworks").glob("*/__init__.py")}
+
+
+def test_every_framework_folder_has_a_registry_entry_and_back():
+    assert framework_folders() == set(FRAMEWORKS)
+
+
+def test_every_backend_module_and_launcher_exists():
+    for backend in BACKENDS.values():
+        package, _, name = backend.module.rpartition(".")
+        assert package == f"parbench.frameworks.{backend.framework}"
+        assert (ROOT / "frameworks" / backend.framework / f"{name}.py").is_file(), backend.name
+        assert set(backend.launchers) <= set(LAUNCHERS)
+    for framework in FRAMEWORKS.values():
+        assert all(b.framework == framework.name for b in framework.backends)
+        assert not framework.backends[0].parallel  # the single backend first
+
+
+def tox_envs() -> set[str]:
+    """Every env name tox.ini defines, with its {a,b} factors expanded."""
+    names = set()
+    for section in re.findall(r"^\[testenv:(.+)\]$", (ROOT / "tox.ini").read_text(), re.M):
+        prefix, _, rest = section.partition("{")
+        factors, _, suffix = rest.partition("}")
+        names |= {f"{prefix}{f}{suffix}" for f in factors.split(",")} if rest else {section}
+    return names
+
+
+def test_packaging_and_tox_know_every_framework():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = project["project"]["optional-dependencies"]
+    packages = project["tool"]["setuptools"]["packages"]
+    envs = tox_envs()
+    for framework in FRAMEWORKS.values():
+        assert framework.extra in extras
+        assert f"parbench.frameworks.{framework.name}" in packages
+        assert f"compare-{framework.name}" in envs
+        assert {b.name for b in framework.backends} <= envs
+        assert any((ROOT / "tests").glob(framework.test_files[0])), "its own test file"
+
+
+def code_strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string constant in a module except docstrings."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings]
+
+
+def test_common_names_no_framework_outside_the_registry():
+    names = {*FRAMEWORKS, *(f.import_name for f in FRAMEWORKS.values()), "tf"}
+    pattern = re.compile(rf"\b({'|'.join(sorted(names))})\b", re.I)
+    found = [f"{path.name}:{line}: {text[:80]!r}"
+             for path in sorted((ROOT / "common").glob("*.py")) if path.name != "registry.py"
+             for line, text in code_strings(path) if pattern.search(text)]
+    assert found == []
+
+
+DUMMY = """
+import json
+from parbench import registry
+from parbench.registry import Backend, Framework
+
+dummy = Framework("dummy", "json", "dummy", (
+    Backend("dummy-single", "dummy", "single", "parbench.frameworks.dummy.single", ("python",),
+            parallel=False),
+    Backend("dummy-many", "dummy", "many", "parbench.frameworks.dummy.many", ("python",),
+            parallel=True, one_process=True)),
+    refusals={"compile": "dummy has no compiler"})
+registry.FRAMEWORKS[dummy.name] = dummy
+registry.BACKENDS.update({b.name: b for b in dummy.backends})
+
+from parbench import cli, config, parity, results, rows
+
+args = cli.build_parser().parse_args(["compare", "--framework", "dummy"])
+plan = config.resolve(config.RunConfig(backend="dummy-many", devices=2))
+refused = ""
+try:
+    config.resolve(config.RunConfig(backend="dummy-single", compile=True))
+except config.UsageError as err:
+    refused = str(err)
+print(json.dumps({"compare": args.framework, "parity": parity.installed_frameworks(),
+                  "schema": results.SCHEMA["properties"]["framework"]["enum"],
+                  "single": rows.SINGLE["dummy"], "order": rows.FRAMEWORKS[-1],
+                  "world": plan.world_size, "refused": refused}))
+"""
+
+
+def test_a_framework_added_to_the_registry_reaches_every_derived_table():
+    """Only the registry changes (in a fresh process): the CLI, config, its refusals, parity,
+    the record schema and the report's order all take the new framework."""
+    done = subprocess.run([sys.executable, "-c", DUMMY], capture_output=True, text=True,
+                          timeout=120, check=True)
+    seen = json.loads(done.stdout)
+    assert seen["compare"] == "dummy" and "dummy" in seen["parity"]
+    assert "dummy" in seen["schema"] and seen["single"] == "dummy-single"
+    assert seen["order"] == "dummy" and seen["world"] == 2
+    assert seen["refused"] == "--compile is not available for dummy-single: dummy has no compiler"
