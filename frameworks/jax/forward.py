@@ -1,0 +1,48 @@
+"""One forward pass for the cross-framework parity check (see parbench.parity):
+``python -m parbench.frameworks.jax.forward REQUEST.json``.
+
+float32 (x64 off), on one CPU device and one compute thread, like the torch reference; the
+environment is set before jax is imported, which is why the imports are inside ``main``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+# one CPU device (a --xla_force_host_platform_device_count inherited from a parent is
+# dropped) and one thread: thread count changes the bits, parity compares single-thread
+XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def configure() -> None:
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["XLA_FLAGS"] = XLA_FLAGS
+    os.environ["JAX_ENABLE_X64"] = "0"
+
+
+def main(request_path: str) -> None:
+    configure()
+    import jax
+    import numpy as np
+
+    from parbench.spec import spec_from_dict
+    from parbench.weights import load_weights, save_weights
+
+    from .model import apply, export_weights, split_weights
+
+    jax.config.update("jax_enable_x64", False)
+    request = json.loads(Path(request_path).read_text())
+    spec = spec_from_dict(request["model"])
+    params, stats = split_weights(spec, load_weights(request["weights"]))
+    x = jax.numpy.asarray(np.load(request["inputs"])["x"])
+    logits, stats = jax.jit(apply, static_argnums=(0, 4))(spec, params, stats, x,
+                                                          request["mode"] == "train")
+    weights = {f"weights/{k}": v for k, v in export_weights(spec, params, stats).items()}
+    save_weights(request["output"], {"logits": np.asarray(logits, np.float32), **weights})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,339 @@
+"""What every JAX strategy shares: the devices and compute threads (set in the environment for
+JAX's CPU client), the check that each replica holds its weights on a device of its own, the
+pieces of the compiled step (micro-batches, clipping, the update), evaluation, and the facts a
+record needs (versions, devices, threads, memory peaks, what the modes did).
+
+When JAX reads its settings (measured, JAX 0.10.2): ``import jax`` reads neither XLA_FLAGS nor
+PJRT_NPROC. The backend reads both once, when the first device query or array creates it;
+after that, changing them changes nothing, silently. So ``configure`` must run before anything
+touches a device (importing jax and this module's helpers is fine), and it refuses to run
+once the backend exists: each strategy calls it first thing in ``__init__``.
+
+Threads: XLA's CPU client runs the compute of every device on one intra-op thread pool
+("XLAEigen") of ``max(PJRT_NPROC, devices)`` threads (XLA's ``DefaultThreadPoolSize``: PJRT_NPROC,
+else NPROC, else the cores this process may use; at least one per device, which a collective
+needs). PJRT_NPROC is what bounds it (measured on the resnet step, per-thread CPU time from
+/proc): PJRT_NPROC=1, one pool thread did the whole step; 2 and 4, the step's CPU time spread
+evenly over 2 and 4 pool threads. ``--xla_cpu_multi_thread_eigen=false`` bounds nothing here
+(a 1-device step still ran on 2 pool threads), and OMP_NUM_THREADS is not read. The record gets
+the pool's size counted from the process's thread names (``intra_op_threads``), not the setting.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from parbench.data import Dataset
+from parbench.devices import physical_gpu
+from parbench.feeds import Feed
+from parbench.job import Job
+from parbench.modes import Observed
+from parbench.profiling import StepProfiler
+from parbench.registry import get_backend
+
+from . import model
+from .optim import Optimizer, OptState, clip
+
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+THREADS_VARIABLE = "PJRT_NPROC"  # XLA's DefaultThreadPoolSize reads it (else NPROC, else cores)
+POOL_THREAD = "tf_XLAEigen"  # the intra-op pool's thread name, as /proc shows it
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # one per XLA compilation
+
+
+def configure(job: Job) -> dict:
+    """The devices and compute threads of this process, for JAX's backend to read when it
+    starts: on CPU ``--xla_force_host_platform_device_count`` = the job's devices on this node
+    (appended to the user's XLA_FLAGS, replacing a count already there) and PJRT_NPROC =
+    --threads. Returns what was set, for the record."""
+    from jax._src import xla_bridge  # no public call tells whether the backend started
+
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError("JAX's backend started before parbench set its devices and threads "
+                           "(XLA_FLAGS, PJRT_NPROC): something touched a device too early")
+    devices = job.world_size // job.nnodes
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+             if not flag.startswith(DEVICE_COUNT_FLAG)]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{DEVICE_COUNT_FLAG}={devices}"])
+    os.environ[THREADS_VARIABLE] = str(job.threads)
+    jax.config.update("jax_enable_x64", False)  # float32 (and int32) throughout, like the spec
+    return {"xla_flags": os.environ["XLA_FLAGS"], "pjrt_nproc": job.threads}
+
+
+def local_devices(count: int) -> list[jax.Device]:
+    """The first ``count`` devices of the default backend: GPUs where JAX has them, else the
+    logical CPU devices ``configure`` asked for."""
+    devices = jax.local_devices()
+    if len(devices) < count:
+        raise RuntimeError(f"asked for {count} devices, JAX sees {len(devices)}: {devices}")
+    return devices[:count]
+
+
+def checked_replica_devices(tree, count: int) -> list[jax.Device]:
+    """Where the replicas of ``tree``'s first array live (one shard per replica: a replicated
+    or a stacked array); an error unless they are ``count`` distinct devices."""
+    leaf = jax.tree.leaves(tree)[0]
+    devices = [shard.device for shard in leaf.addressable_shards]
+    if len(devices) != count or len(set(devices)) != count:
+        raise RuntimeError(f"{count} replicas but their weights live on {devices}: replicas "
+                           "share a device")
+    return devices
+
+
+def pool_threads() -> int | None:
+    """Threads of XLA's intra-op pool in this process, counted by name (None off Linux)."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return None
+    names = []
+    for task in tasks.iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return names.count(POOL_THREAD)
+
+
+class CompileCounter:
+    """XLA compilations while a step runs (``with counter.counting(): step(...)``), seen
+    through jax.monitoring: the evidence for Observed.compiled_graphs (1 per step shape; more
+    means the step was traced and compiled again). Counted by time window, not by name: pmap
+    compiles under an internal name."""
+
+    def __init__(self):
+        self.count, self.active = 0, False
+        jax.monitoring.register_event_duration_secs_listener(self._seen)
+
+    def _seen(self, event: str, duration_secs: float, **kwargs) -> None:
+        if self.active and event == COMPILE_EVENT:  # compilation runs in the calling thread
+            self.count += 1
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        self.active = True
+        try:
+            yield
+        finally:
+            self.active = False
+
+
+# --- the step's pieces: every strategy's compiled step is built from these
+class TrainState(NamedTuple):
+    """What a step carries from one step to the next, on the devices."""
+
+    params: model.Params
+    stats: model.Stats  # BatchNorm running statistics
+    opt_state: OptState
+    clipped: jax.Array  # int32: steps whose gradient --clip-grad-norm shrank so far
+
+
+def initial_state(spec, weights: dict[str, np.ndarray], optimizer: Optimizer) -> TrainState:
+    params, stats = model.split_weights(spec, weights)
+    return TrainState(params, stats, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+
+def copies(tree, count: int):
+    """``count`` copies of each array of ``tree``, stacked on a new leading axis (host numpy,
+    for ``jax.device_put`` to place entry d on device d)."""
+    return jax.tree.map(lambda a: np.broadcast_to(a, (count, *np.shape(a))), tree)
+
+
+def micro_split(array: jax.Array, parts: int, axis: int) -> jax.Array:
+    """``array``'s rows along ``axis`` as ``parts`` contiguous micro-batches, stacked first:
+    [B, ...] -> [parts, B / parts, ...] (axis 0), or [R, b, ...] -> [parts, R, b / parts, ...]
+    (axis 1: each replica R splits its own rows)."""
+    shape = array.shape
+    split = array.reshape(*shape[:axis], parts, shape[axis] // parts, *shape[axis + 1:])
+    return jnp.moveaxis(split, axis, 0)
+
+
+LossOf = Callable[[model.Params, model.Stats, jax.Array, jax.Array],
+                  tuple[jax.Array, model.Stats]]
+
+
+def accumulated_gradient(loss_of: LossOf, params: model.Params, stats: model.Stats,
+                         x: jax.Array, y: jax.Array, parts: int,
+                         axis: int = 0) -> tuple[jax.Array, model.Params, model.Stats]:
+    """(mean loss, its gradient, running statistics after the pass) of ``loss_of`` over
+    ``parts`` micro-batches (--grad-accum): each micro-batch's forward and backward in turn
+    (``lax.scan``, BatchNorm statistics threaded through in order, as torch's K forwards
+    update them), gradients and losses averaged, which is the gradient of the mean over all
+    rows because the micro-batches are the same size. One micro-batch: one plain pass."""
+    value_and_grad = jax.value_and_grad(loss_of, has_aux=True)
+    if parts == 1:
+        (loss, stats), grads = value_and_grad(params, stats, x, y)
+        return loss, grads, stats
+
+    def micro_step(carry, batch):
+        loss_sum, grad_sum, stats = carry
+        (loss, stats), grads = value_and_grad(params, stats, *batch)
+        return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads), stats), None
+
+    start = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params), stats)
+    (loss_sum, grad_sum, stats), _ = lax.scan(
+        micro_step, start, (micro_split(x, parts, axis), micro_split(y, parts, axis)))
+    return loss_sum / parts, jax.tree.map(lambda g: g / parts, grad_sum), stats
+
+
+def apply_update(optimizer: Optimizer, max_norm: float | None, state: TrainState,
+                 grads: model.Params, stats: model.Stats, lr: jax.Array) -> TrainState:
+    """--clip-grad-norm on ``grads`` (call it with the global batch's gradient, after the
+    devices' are combined), then the run's update rule at this step's ``lr``."""
+    clipped = state.clipped
+    if max_norm is not None:
+        grads, shrunk = clip(grads, max_norm)
+        clipped = clipped + shrunk.astype(jnp.int32)
+    params, opt_state = optimizer.update(grads, state.opt_state, state.params, lr)
+    return TrainState(params, stats, opt_state, clipped)
+
+
+def row_blocks(rows: np.ndarray, sharding: jax.sharding.NamedSharding) -> jax.Array:
+    """A process's rows as [N, rows / N, ...] on the N devices of ``sharding`` (a leading axis
+    split over them): device d gets block d, rows [d*B/N, (d+1)*B/N), the contract's shard d
+    (parbench.batches.shard_slice)."""
+    blocks = sharding.mesh.size
+    return jax.device_put(rows.reshape(blocks, -1, *rows.shape[1:]), sharding)
+
+
+def evaluation(spec, stacked_params: bool = False, stacked_stats: bool = False) -> Callable:
+    """(params, stats, x, y) -> (predicted classes, loss_sum) in inference mode, compiled once
+    per chunk shape; it runs where its inputs are (the first device: see ``on_device``,
+    whose stacked arrays keep their replica axis of 1, taken off here, inside the program)."""
+    def unstack(tree, stacked: bool):
+        return jax.tree.map(lambda a: a[0], tree) if stacked else tree
+
+    def evaluate(params, stats, x, y):
+        return model.evaluate(spec, unstack(params, stacked_params), unstack(stats, stacked_stats),
+                              x, y)
+
+    return jax.jit(evaluate)
+
+
+def on_device(tree, device: jax.Device):
+    """``device``'s shard of each array of ``tree``, without a transfer or a program: of a
+    replicated array its whole value, of a stacked one (a leading replica axis, entry d on
+    device d) that device's entry, still with that axis (of length 1)."""
+    def shard(array: jax.Array) -> jax.Array:
+        (data,) = [s.data for s in array.addressable_shards if s.device == device]
+        return data
+
+    return jax.tree.map(shard, tree)
+
+
+def host_copy(tree, device: jax.Device, stacked: bool):
+    """``device``'s values of ``tree`` as numpy (its entry of a stacked tree)."""
+    return jax.tree.map(lambda data: np.asarray(data)[0] if stacked else np.asarray(data),
+                        on_device(tree, device))
+
+
+def peak_device_mb(devices: list[jax.Device]) -> list[float] | None:
+    """Allocator peaks per GPU; None on CPU, where XLA keeps no such counter."""
+    if devices[0].platform == "cpu":
+        return None
+    return [d.memory_stats()["peak_bytes_in_use"] / 2**20 for d in devices]
+
+
+def _cuda_version() -> str | None:
+    try:  # jaxlib's CUDA plugin, where installed
+        from jax._src.lib import cuda_versions
+
+        version = cuda_versions.cuda_runtime_get_version()
+        return f"{version // 1000}.{version % 1000 // 10}"
+    except Exception:  # noqa: BLE001  (no CUDA plugin: no version to report)
+        return None
+
+
+def describe(devices: list[jax.Device], settings: dict, notes: list[str]) -> dict:
+    gpu = devices[0].platform == "gpu"
+    return {"framework": "jax", "framework_version": jax.__version__,
+            "device_names": [str(d) for d in devices],
+            "gpu_models": [d.device_kind for d in devices] if gpu else [],
+            "gpus": [physical_gpu(d.local_hardware_id) for d in devices] if gpu else [],
+            "cuda_version": _cuda_version() if gpu else None,
+            "nccl_version": None,  # jaxlib reports none; XLA links NCCL on GPUs
+            "intra_op_threads": pool_threads(), **settings, "notes": notes}
+
+
+class JaxStrategy:
+    """What every JAX strategy does alike (see parbench.loop.Strategy). A subclass sets, in
+    __init__: ``backend`` (its name), ``spec``, ``settings`` (configure's dict), ``devices``
+    (checked_replica_devices), ``state`` (its TrainState, placed where its step keeps it),
+    ``stacked_params`` / ``stacked_stats`` (whether those arrays carry a leading replica
+    axis), ``clip`` (--clip-grad-norm or None), ``sync_bn_layers``, ``compiles`` (a
+    CompileCounter), ``traced`` (what its step saw while tracing: ``micro_batches``,
+    ``compute_dtype``) and ``notes``; it overrides what differs."""
+
+    backend: str
+    spec: object
+    settings: dict
+    devices: list[jax.Device]
+    state: TrainState
+    stacked_params: bool = False
+    stacked_stats: bool = False
+    clip: float | None
+    sync_bn_layers: int = 0
+    compiles: CompileCounter
+    traced: dict
+    notes: list[str]
+    rank, num_processes = 0, 1  # one process drives every device
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values  # one process
+
+    def synchronize(self) -> None:
+        jax.block_until_ready(self.state)  # the last step's outputs
+
+    def peak_device_mb(self) -> list[float] | None:
+        return peak_device_mb(self.devices)
+
+    def replica_zero(self) -> tuple[model.Params, model.Stats]:
+        """The first replica's parameters and running statistics, on the first device (what
+        evaluation uses and the record exports, as torch DDP and TF MirroredStrategy keep
+        replica 0's statistics); stacked arrays keep a replica axis of 1."""
+        first = self.devices[0]
+        return on_device(self.state.params, first), on_device(self.state.stats, first)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        first = self.devices[0]
+        return model.export_weights(self.spec,
+                                    host_copy(self.state.params, first, self.stacked_params),
+                                    host_copy(self.state.stats, first, self.stacked_stats))
+
+    def describe(self) -> dict:
+        return describe(self.devices, self.settings, self.notes)
+
+    def observed(self) -> Observed:
+        """What the traced step did (see parbench.modes): the dtype it computes in and the
+        micro-batches it holds (seen while tracing), the XLA compilations of the step, the
+        BatchNorm layers whose statistics span every replica, the steps clipping shrank."""
+        clipped = None
+        if self.clip is not None:
+            clipped = int(host_copy(self.state.clipped, self.devices[0], self.stacked_params))
+        return Observed(compute_dtype=self.traced.get("compute_dtype", "not traced"),
+                        compiled_graphs=self.compiles.count,
+                        sync_bn_layers=self.sync_bn_layers,
+                        micro_batches=self.traced.get("micro_batches", 0),
+                        clipped_steps=clipped)
+
+    def profiler(self) -> StepProfiler:
+        raise RuntimeError(f"--profile is not available for {self.backend}: "
+                           f"{get_backend(self.backend).profile_refusal}")
+
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        raise RuntimeError(f"--input native is not available for {self.backend}: "
+                           f"{get_backend(self.backend).info.refusals['input']}")
+
+    def teardown(self, failed: bool) -> None:
+        pass  # no process group: the process's exit releases the devices
+
+
+def batchnorm_layers(stats: model.Stats) -> int:
+    return sum(name.endswith(".running_mean") for name in stats)
