@@ -156,7 +156,7 @@ def test_refused_modes_say_why(tmp_path, options, refused):
 GUARDS = r"""
 import json, os
 from types import SimpleNamespace
-from parbench.frameworks.jax import runtime
+from parbench.frameworks.jax import runtime, training
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -179,7 +179,7 @@ except RuntimeError as error:
     out["shared"] = str(error)
 blocks = NamedSharding(Mesh(np.array(devices), ("data",)), P("data"))
 rows = np.arange(8.0)
-placed = runtime.row_blocks(rows, blocks)
+placed = training.row_blocks(rows, blocks)
 out["blocks"] = [[str(s.device), np.asarray(s.data).ravel().tolist()]
                  for s in placed.addressable_shards]
 seen = jax.pmap(lambda x: (jax.lax.axis_index("i"), x.sum()), axis_name="i",

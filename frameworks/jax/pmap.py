@@ -28,7 +28,7 @@ from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.weights import load_weights
 
-from . import model, runtime
+from . import model, runtime, training
 from .optim import make_optimizer
 
 AXIS = "replicas"  # the pmap axis: lax.pmean and synchronized BatchNorm reduce over it
@@ -50,8 +50,8 @@ class Pmap(runtime.JaxStrategy):
         self.spec, self.modes = job.spec, job.run_modes
         self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
         self.clip = job.optimizer_spec.clip_grad_norm
-        state = runtime.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
-        self.state = jax.device_put(runtime.copies(state, len(devices)), self.per_device)
+        state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
+        self.state = jax.device_put(training.copies(state, len(devices)), self.per_device)
         self.stacked_params = self.stacked_stats = True
         self.devices = runtime.checked_replica_devices(self.state.params, job.world_size)
         self.sync_bn_layers = runtime.batchnorm_layers(state.stats) if self.modes.sync_bn else 0
@@ -70,20 +70,20 @@ class Pmap(runtime.JaxStrategy):
     # --- step: each device its shard; the loss's value_and_grad over --grad-accum
     # micro-batches, then one explicit pmean of the gradients and the loss across devices,
     # --clip-grad-norm on that global-batch gradient, the update on every copy
-    def compiled_step(self, state: runtime.TrainState, x: jax.Array, y: jax.Array,
-                      lr: jax.Array) -> tuple[runtime.TrainState, jax.Array]:
+    def compiled_step(self, state: training.TrainState, x: jax.Array, y: jax.Array,
+                      lr: jax.Array) -> tuple[training.TrainState, jax.Array]:
         parts = self.modes.grad_accum
         self.traced.update(micro_batches=parts,
                            compute_dtype=str(jnp.result_type(x, *state.params.values())))
         sync_axis = AXIS if self.modes.sync_bn else None  # --sync-bn: the global statistics
         loss_of = partial(model.loss_fn, self.spec, sync_axis=sync_axis)
-        loss, grads, stats = runtime.accumulated_gradient(loss_of, state.params, state.stats,
+        loss, grads, stats = training.accumulated_gradient(loss_of, state.params, state.stats,
                                                           x, y, parts)
         grads, loss = lax.pmean((grads, loss), AXIS)  # means of equal shards: the global mean
-        return runtime.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
+        return training.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        x, y = runtime.row_blocks(x, self.per_device), runtime.row_blocks(y, self.per_device)
+        x, y = training.row_blocks(x, self.per_device), training.row_blocks(y, self.per_device)
         with self.compiles.counting():
             self.state, loss = self.step(self.state, x, y, np.float32(lr))
         return float(np.asarray(loss.addressable_shards[0].data)[0])  # every entry the same

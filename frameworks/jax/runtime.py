@@ -1,7 +1,7 @@
 """What every JAX strategy shares: the devices and compute threads (set in the environment for
-JAX's CPU client), the check that each replica holds its weights on a device of its own, the
-pieces of the compiled step (micro-batches, clipping, the update), evaluation, and the facts a
-record needs (versions, devices, threads, memory peaks, what the modes did).
+JAX's CPU client), the check that each replica holds its weights on a device of its own,
+evaluation, and the facts a record needs (versions, devices, threads, memory peaks, what the
+modes did). The compiled step's pieces are in training.py.
 
 When JAX reads its settings (measured, JAX 0.10.2): ``import jax`` reads neither XLA_FLAGS nor
 PJRT_NPROC. The backend reads both once, when the first device query or array creates it;
@@ -25,12 +25,9 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from parbench.data import Dataset
 from parbench.devices import physical_gpu
@@ -41,7 +38,7 @@ from parbench.profiling import StepProfiler
 from parbench.registry import get_backend
 
 from . import model
-from .optim import Optimizer, OptState, clip
+from .training import TrainState
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 THREADS_VARIABLE = "PJRT_NPROC"  # XLA's DefaultThreadPoolSize reads it (else NPROC, else cores)
@@ -123,84 +120,6 @@ class CompileCounter:
             yield
         finally:
             self.active = False
-
-
-# --- the step's pieces: every strategy's compiled step is built from these
-class TrainState(NamedTuple):
-    """What a step carries from one step to the next, on the devices."""
-
-    params: model.Params
-    stats: model.Stats  # BatchNorm running statistics
-    opt_state: OptState
-    clipped: jax.Array  # int32: steps whose gradient --clip-grad-norm shrank so far
-
-
-def initial_state(spec, weights: dict[str, np.ndarray], optimizer: Optimizer) -> TrainState:
-    params, stats = model.split_weights(spec, weights)
-    return TrainState(params, stats, optimizer.init(params), jnp.zeros((), jnp.int32))
-
-
-def copies(tree, count: int):
-    """``count`` copies of each array of ``tree``, stacked on a new leading axis (host numpy,
-    for ``jax.device_put`` to place entry d on device d)."""
-    return jax.tree.map(lambda a: np.broadcast_to(a, (count, *np.shape(a))), tree)
-
-
-def micro_split(array: jax.Array, parts: int, axis: int) -> jax.Array:
-    """``array``'s rows along ``axis`` as ``parts`` contiguous micro-batches, stacked first:
-    [B, ...] -> [parts, B / parts, ...] (axis 0), or [R, b, ...] -> [parts, R, b / parts, ...]
-    (axis 1: each replica R splits its own rows)."""
-    shape = array.shape
-    split = array.reshape(*shape[:axis], parts, shape[axis] // parts, *shape[axis + 1:])
-    return jnp.moveaxis(split, axis, 0)
-
-
-LossOf = Callable[[model.Params, model.Stats, jax.Array, jax.Array],
-                  tuple[jax.Array, model.Stats]]
-
-
-def accumulated_gradient(loss_of: LossOf, params: model.Params, stats: model.Stats,
-                         x: jax.Array, y: jax.Array, parts: int,
-                         axis: int = 0) -> tuple[jax.Array, model.Params, model.Stats]:
-    """(mean loss, its gradient, running statistics after the pass) of ``loss_of`` over
-    ``parts`` micro-batches (--grad-accum): each micro-batch's forward and backward in turn
-    (``lax.scan``, BatchNorm statistics threaded through in order, as torch's K forwards
-    update them), gradients and losses averaged, which is the gradient of the mean over all
-    rows because the micro-batches are the same size. One micro-batch: one plain pass."""
-    value_and_grad = jax.value_and_grad(loss_of, has_aux=True)
-    if parts == 1:
-        (loss, stats), grads = value_and_grad(params, stats, x, y)
-        return loss, grads, stats
-
-    def micro_step(carry, batch):
-        loss_sum, grad_sum, stats = carry
-        (loss, stats), grads = value_and_grad(params, stats, *batch)
-        return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads), stats), None
-
-    start = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params), stats)
-    (loss_sum, grad_sum, stats), _ = lax.scan(
-        micro_step, start, (micro_split(x, parts, axis), micro_split(y, parts, axis)))
-    return loss_sum / parts, jax.tree.map(lambda g: g / parts, grad_sum), stats
-
-
-def apply_update(optimizer: Optimizer, max_norm: float | None, state: TrainState,
-                 grads: model.Params, stats: model.Stats, lr: jax.Array) -> TrainState:
-    """--clip-grad-norm on ``grads`` (call it with the global batch's gradient, after the
-    devices' are combined), then the run's update rule at this step's ``lr``."""
-    clipped = state.clipped
-    if max_norm is not None:
-        grads, shrunk = clip(grads, max_norm)
-        clipped = clipped + shrunk.astype(jnp.int32)
-    params, opt_state = optimizer.update(grads, state.opt_state, state.params, lr)
-    return TrainState(params, stats, opt_state, clipped)
-
-
-def row_blocks(rows: np.ndarray, sharding: jax.sharding.NamedSharding) -> jax.Array:
-    """A process's rows as [N, rows / N, ...] on the N devices of ``sharding`` (a leading axis
-    split over them): device d gets block d, rows [d*B/N, (d+1)*B/N), the contract's shard d
-    (parbench.batches.shard_slice)."""
-    blocks = sharding.mesh.size
-    return jax.device_put(rows.reshape(blocks, -1, *rows.shape[1:]), sharding)
 
 
 def evaluation(spec, stacked_params: bool = False, stacked_stats: bool = False) -> Callable:

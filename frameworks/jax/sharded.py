@@ -29,7 +29,7 @@ from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.weights import load_weights
 
-from . import model, runtime
+from . import model, runtime, training
 from .optim import make_optimizer
 
 AXIS = "data"  # the mesh's one axis: the batch is split along it
@@ -56,11 +56,11 @@ class Sharded(runtime.JaxStrategy):
         self.spec, self.modes = job.spec, job.run_modes
         self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
         self.clip = job.optimizer_spec.clip_grad_norm
-        state = runtime.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
+        state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
         self.stacked_stats = not self.modes.sync_bn
         if self.stacked_stats:
-            state = state._replace(stats=runtime.copies(state.stats, len(devices)))
-        placement = runtime.TrainState(params=replicated, opt_state=replicated,
+            state = state._replace(stats=training.copies(state.stats, len(devices)))
+        placement = training.TrainState(params=replicated, opt_state=replicated,
                                        clipped=replicated,
                                        stats=self.rows if self.stacked_stats else replicated)
         self.state = jax.device_put(state, placement)
@@ -83,18 +83,18 @@ class Sharded(runtime.JaxStrategy):
     # --grad-accum micro-batches (each device splits its own block), --clip-grad-norm and the
     # update; no collective written here: XLA sums the gradient across devices because the
     # parameters are replicated and the batch is not
-    def compiled_step(self, state: runtime.TrainState, x: jax.Array, y: jax.Array,
-                      lr: jax.Array) -> tuple[runtime.TrainState, jax.Array]:
+    def compiled_step(self, state: training.TrainState, x: jax.Array, y: jax.Array,
+                      lr: jax.Array) -> tuple[training.TrainState, jax.Array]:
         parts = self.modes.grad_accum
         self.traced.update(micro_batches=parts,
                            compute_dtype=str(jnp.result_type(x, *state.params.values())))
         loss_of = global_batch_loss if self.modes.sync_bn else per_block_loss
-        loss, grads, stats = runtime.accumulated_gradient(
+        loss, grads, stats = training.accumulated_gradient(
             partial(loss_of, self.spec), state.params, state.stats, x, y, parts, axis=1)
-        return runtime.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
+        return training.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        x, y = runtime.row_blocks(x, self.rows), runtime.row_blocks(y, self.rows)
+        x, y = training.row_blocks(x, self.rows), training.row_blocks(y, self.rows)
         with self.compiles.counting():
             self.state, loss = self.step(self.state, x, y, np.float32(lr))
         return float(loss)

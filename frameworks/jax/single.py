@@ -13,7 +13,7 @@ from parbench.job import Job
 from parbench.loop import run_worker
 from parbench.weights import load_weights
 
-from . import model, runtime
+from . import model, runtime, training
 from .optim import make_optimizer
 
 
@@ -28,7 +28,7 @@ class SingleDevice(runtime.JaxStrategy):
         self.spec, self.modes = job.spec, job.run_modes
         self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
         self.clip = job.optimizer_spec.clip_grad_norm
-        state = runtime.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
+        state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
         self.state = jax.device_put(state, self.device)
         self.devices = runtime.checked_replica_devices(self.state.params, 1)
         self.compiles, self.traced, self.notes = runtime.CompileCounter(), {}, []
@@ -42,15 +42,15 @@ class SingleDevice(runtime.JaxStrategy):
 
     # --- step: one compiled program: the loss's value_and_grad over --grad-accum micro-batches,
     # --clip-grad-norm, the update; lr is an argument, so a new rate does not recompile
-    def compiled_step(self, state: runtime.TrainState, x: jax.Array, y: jax.Array,
-                      lr: jax.Array) -> tuple[runtime.TrainState, jax.Array]:
+    def compiled_step(self, state: training.TrainState, x: jax.Array, y: jax.Array,
+                      lr: jax.Array) -> tuple[training.TrainState, jax.Array]:
         parts = self.modes.grad_accum
         self.traced.update(micro_batches=parts,
                            compute_dtype=str(jnp.result_type(x, *state.params.values())))
         loss_of = partial(model.loss_fn, self.spec)  # (params, stats, x, y) -> (loss, stats)
-        loss, grads, stats = runtime.accumulated_gradient(loss_of, state.params, state.stats,
+        loss, grads, stats = training.accumulated_gradient(loss_of, state.params, state.stats,
                                                           x, y, parts)
-        return runtime.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
+        return training.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         x, y = jax.device_put(x, self.device), jax.device_put(y, self.device)
