@@ -12,14 +12,13 @@ import os
 import sys
 from pathlib import Path
 
-# one CPU device (a --xla_force_host_platform_device_count inherited from a parent is
-# dropped) and one thread: thread count changes the bits, parity compares single-thread
-XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-
-
 def configure() -> None:
+    """One CPU device (XLA_FLAGS replaced: a --xla_force_host_platform_device_count inherited
+    from a parent is dropped) and one compute thread (PJRT_NPROC is what bounds XLA's CPU pool,
+    see runtime.py): thread count changes the bits, parity compares single-thread."""
     os.environ["JAX_PLATFORMS"] = "cpu"
-    os.environ["XLA_FLAGS"] = XLA_FLAGS
+    os.environ["XLA_FLAGS"] = ""
+    os.environ["PJRT_NPROC"] = "1"
     os.environ["JAX_ENABLE_X64"] = "0"
 
 
