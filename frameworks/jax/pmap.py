@@ -18,7 +18,6 @@ from __future__ import annotations
 from functools import partial
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding
@@ -72,9 +71,7 @@ class Pmap(runtime.JaxStrategy):
     # --clip-grad-norm on that global-batch gradient, the update on every copy
     def compiled_step(self, state: training.TrainState, x: jax.Array, y: jax.Array,
                       lr: jax.Array) -> tuple[training.TrainState, jax.Array]:
-        parts = self.modes.grad_accum
-        self.traced.update(micro_batches=parts,
-                           compute_dtype=str(jnp.result_type(x, *state.params.values())))
+        parts = self.trace_step(x, state.params)
         sync_axis = AXIS if self.modes.sync_bn else None  # --sync-bn: the global statistics
         loss_of = partial(model.loss_fn, self.spec, sync_axis=sync_axis)
         loss, grads, stats = training.accumulated_gradient(loss_of, state.params, state.stats,

@@ -27,13 +27,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from parbench.data import Dataset
 from parbench.devices import physical_gpu
 from parbench.feeds import Feed
 from parbench.job import Job
-from parbench.modes import Observed
+from parbench.modes import Modes, Observed
 from parbench.profiling import StepProfiler
 from parbench.registry import get_backend
 
@@ -186,7 +187,7 @@ class JaxStrategy:
     __init__: ``backend`` (its name), ``spec``, ``settings`` (configure's dict), ``devices``
     (checked_replica_devices), ``state`` (its TrainState, placed where its step keeps it),
     ``stacked_params`` / ``stacked_stats`` (whether those arrays carry a leading replica
-    axis), ``clip`` (--clip-grad-norm or None), ``sync_bn_layers``, ``compiles`` (a
+    axis), ``modes``, ``clip`` (--clip-grad-norm or None), ``sync_bn_layers``, ``compiles`` (a
     CompileCounter), ``traced`` (what its step saw while tracing: ``micro_batches``,
     ``compute_dtype``) and ``notes``; it overrides what differs."""
 
@@ -197,12 +198,21 @@ class JaxStrategy:
     state: TrainState
     stacked_params: bool = False
     stacked_stats: bool = False
+    modes: Modes
     clip: float | None
     sync_bn_layers: int = 0
     compiles: CompileCounter
     traced: dict
     notes: list[str]
     rank, num_processes = 0, 1  # one process drives every device
+
+    def trace_step(self, x: jax.Array, params: model.Params) -> int:
+        """Called while the step is traced: keep what it computes in (for ``observed``) and
+        its micro-batches; returns --grad-accum's K."""
+        parts = self.modes.grad_accum
+        self.traced.update(micro_batches=parts,
+                           compute_dtype=str(jnp.result_type(x, *params.values())))
+        return parts
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return values  # one process

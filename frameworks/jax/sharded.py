@@ -87,9 +87,7 @@ class Sharded(runtime.JaxStrategy):
     # grouped convolutions, which ran 2.3x slower here (porting doc section 14.4)
     def compiled_step(self, state: training.TrainState, x: jax.Array, y: jax.Array,
                       lr: jax.Array) -> tuple[training.TrainState, jax.Array]:
-        parts = self.modes.grad_accum
-        self.traced.update(micro_batches=parts,
-                           compute_dtype=str(jnp.result_type(x, *state.params.values())))
+        parts = self.trace_step(x, state.params)
         loss_of = global_batch_loss if self.modes.sync_bn else per_block_loss
         loss, grads, stats = training.accumulated_gradient(
             partial(loss_of, self.spec), state.params, state.stats, x, y, parts, axis=1)

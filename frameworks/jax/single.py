@@ -6,7 +6,6 @@ from __future__ import annotations
 from functools import partial
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from parbench.job import Job
@@ -44,9 +43,7 @@ class SingleDevice(runtime.JaxStrategy):
     # --clip-grad-norm, the update; lr is an argument, so a new rate does not recompile
     def compiled_step(self, state: training.TrainState, x: jax.Array, y: jax.Array,
                       lr: jax.Array) -> tuple[training.TrainState, jax.Array]:
-        parts = self.modes.grad_accum
-        self.traced.update(micro_batches=parts,
-                           compute_dtype=str(jnp.result_type(x, *state.params.values())))
+        parts = self.trace_step(x, state.params)
         loss_of = partial(model.loss_fn, self.spec)  # (params, stats, x, y) -> (loss, stats)
         loss, grads, stats = training.accumulated_gradient(loss_of, state.params, state.stats,
                                                           x, y, parts)
