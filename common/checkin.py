@@ -18,6 +18,8 @@ over one TCP connection from each node's parbench to node 0's, at the master hos
 3. **End**. Each member reports how its part ended; node 0 decides the run's status (ok only if
    every node's part is ok and its record is complete) and tells every member, which exits with it.
 
+The channel is channel.py; the watch and the end, nodewatch.py.
+
 So a node that dies ends every node's run within POLL_S of its processes ending, and a node that
 hangs within SILENT_S; the frameworks' collective timeouts (5 minutes for torch) are the bound
 only for processes that hang while their parbench stays alive, and --timeout bounds everything.
@@ -25,21 +27,15 @@ only for processes that hang while their parbench stays alive, and --timeout bou
 
 from __future__ import annotations
 
-import json
-import select
 import socket
 import time
-from abc import ABC, abstractmethod
-from collections import deque
 from dataclasses import asdict, dataclass
 
+from .channel import HELLO_TIMEOUT_S, Channel, broadcast, close_all, try_send
 from .config import UsageError
 from .nodes import Nodes, differences
+from .nodewatch import Coordinator, Link, Member
 
-HEARTBEAT_S = 2.0
-SILENT_S = 30.0  # a node unheard of this long is given up
-HELLO_TIMEOUT_S = 10.0  # a connection that says nothing parbench-like this long is dropped
-END_WAIT_S = 60.0  # how long the nodes wait for each other's end of the run
 RETRY_S = 0.5
 
 
@@ -65,52 +61,6 @@ def _bracketed(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-class Channel:
-    """One connection: whole JSON messages in, whole messages out."""
-
-    def __init__(self, sock: socket.socket, peer: str):
-        self.sock, self.peer = sock, peer
-        self.buffer, self.pending, self.closed = b"", deque(), False
-        self.heard = time.monotonic()
-        sock.settimeout(HELLO_TIMEOUT_S)  # bounds a send to a peer that stopped reading
-
-    def send(self, message: dict) -> None:
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
-
-    def poll(self) -> list[dict]:
-        """The messages that arrived, without waiting; EOFError once the peer has closed and
-        every message it sent before closing was returned."""
-        while not self.closed and select.select([self.sock], [], [], 0)[0]:
-            chunk = self.sock.recv(1 << 16)
-            self.closed = not chunk
-            self.buffer += chunk
-            *lines, self.buffer = self.buffer.split(b"\n")
-            self.pending.extend(json.loads(line) for line in lines if line.strip())
-            self.heard = time.monotonic()
-        if self.closed and not self.pending:
-            raise EOFError(f"{self.peer} closed the connection")
-        messages = list(self.pending)
-        self.pending.clear()
-        return messages
-
-    def receive(self, timeout: float) -> dict:
-        """The next message; TimeoutError after ``timeout`` seconds, EOFError if the peer
-        closed first."""
-        deadline = time.monotonic() + timeout
-        while True:
-            messages = self.poll()
-            if messages:
-                self.pending.extend(messages[1:])
-                return messages[0]
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{self.peer} said nothing for {timeout:g} s")
-            select.select([self.sock], [], [], left)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def check_in(nodes: Nodes, config: dict, worker_ports: list[int]) -> tuple[Link, CheckIn]:
     """Meet every node of the run (see the module docstring). UsageError when a node was
     started differently, NodeFailure when one never came or node 0 cannot be reached."""
@@ -127,7 +77,7 @@ def _gather(nodes: Nodes, hello: dict) -> tuple[Link, CheckIn]:
         while len(hellos) < nodes.nnodes:
             left = deadline - time.monotonic()
             if left <= 0:
-                _close_all(channels)
+                close_all(channels)
                 missing = [str(n) for n in range(nodes.nnodes) if n not in hellos]
                 raise NodeFailure(f"node(s) {', '.join(missing)} never joined: node 0 waited "
                                   f"{nodes.join_timeout:g} s (--join-timeout) at "
@@ -145,13 +95,13 @@ def _gather(nodes: Nodes, hello: dict) -> tuple[Link, CheckIn]:
                 for p in differences(hello["config"], hellos[node]["config"], node)]
     if problems:
         reason = "the nodes were started with different settings: " + "; ".join(problems)
-        _broadcast(channels, {"type": "refused", "reason": reason})
-        _close_all(channels)
+        broadcast(channels, {"type": "refused", "reason": reason})
+        close_all(channels)
         raise UsageError(reason)
     answer = CheckIn([addresses[n] for n in range(nodes.nnodes)],
                      [hellos[n]["host"] for n in range(nodes.nnodes)],
                      [hellos[n]["worker_ports"] for n in range(nodes.nnodes)])
-    _broadcast(channels, {"type": "start", **asdict(answer)})
+    broadcast(channels, {"type": "start", **asdict(answer)})
     return Coordinator(nodes, channels, answer.hosts), answer
 
 
@@ -166,7 +116,7 @@ def _greeted(channel: Channel, nodes: Nodes, hellos: dict[int, dict]) -> int | N
     node = message.get("node") if isinstance(message, dict) else None
     if not isinstance(node, int) or message.get("type") != "hello" \
             or not 0 < node < nodes.nnodes or node in hellos:
-        _try_send(channel, {"type": "refused", "reason": f"node 0 already has a node {node} "
+        try_send(channel, {"type": "refused", "reason": f"node 0 already has a node {node} "
                             f"or expects node ranks 1..{nodes.nnodes - 1}"})
         channel.close()
         return None
@@ -200,169 +150,3 @@ def _join(nodes: Nodes, hello: dict) -> tuple[Link, CheckIn]:
         raise UsageError(answer.get("reason", f"node 0 answered {answer!r}"))
     fields = {k: answer[k] for k in ("addresses", "hosts", "worker_ports")}
     return Member(nodes, channel), CheckIn(**fields)
-
-
-def _broadcast(channels: dict[int, Channel], message: dict) -> None:
-    for channel in channels.values():
-        _try_send(channel, message)
-
-
-def _try_send(channel: Channel, message: dict) -> bool:
-    try:
-        channel.send(message)
-    except OSError:
-        return False  # the peer is gone; whoever watches it finds out
-    return True
-
-
-def _close_all(channels: dict[int, Channel]) -> None:
-    for channel in channels.values():
-        channel.close()
-
-
-class Link(ABC):
-    """One node's side of the watch: ``watch`` while training, ``finish`` at the end."""
-
-    def __init__(self, nodes: Nodes):
-        self.nodes = nodes
-        self.problem: str | None = None  # why this node stopped its run early, if it did
-        self.sent = 0.0
-
-    def heartbeat_due(self) -> bool:
-        now = time.monotonic()
-        if now - self.sent < HEARTBEAT_S:
-            return False
-        self.sent = now
-        return True
-
-    @abstractmethod
-    def watch(self, done: int) -> str | None:
-        """Call every poll: None while the run may go on, else why it must stop."""
-
-    @abstractmethod
-    def finish(self, status: str, error: str | None, failed_at: float | None
-               ) -> tuple[str, str | None]:
-        """The whole run's (status, error), from this node's (``failed_at``: when its first
-        rank failed, if one did)."""
-
-
-class Coordinator(Link):
-    """Node 0's side: one channel per other node."""
-
-    def __init__(self, nodes: Nodes, channels: dict[int, Channel], hosts: list[str]):
-        super().__init__(nodes)
-        self.channels, self.hosts = channels, hosts
-        self.ends: dict[int, dict] = {}
-
-    def _name(self, node: int) -> str:
-        return f"node {node} ({self.hosts[node]})"
-
-    def watch(self, done: int) -> str | None:
-        if self.problem:
-            return self.problem
-        if self.heartbeat_due():
-            _broadcast(self.channels, {"type": "alive", "done": done})
-        for node, channel in self.channels.items():
-            problem = self._check(node, channel)
-            if problem:
-                self.problem = problem
-                _broadcast(self.channels, {"type": "stop", "reason": problem})
-                return problem
-        return None
-
-    def _check(self, node: int, channel: Channel) -> str | None:
-        if node in self.ends:
-            return None
-        try:
-            messages = channel.poll()
-        except (EOFError, OSError, ValueError):
-            return (f"{self._name(node)} left the run: its parbench ended without reporting "
-                    "(killed, or crashed)")
-        for message in messages:
-            if message["type"] == "end":
-                self.ends[node] = message
-                if message["status"] != "ok":
-                    return f"{self._name(node)} failed: {message['error']}"
-        if time.monotonic() - channel.heard > SILENT_S:
-            return f"{self._name(node)} has been silent for {SILENT_S:g} s (stopped, or cut off)"
-        return None
-
-    def finish(self, status: str, error: str | None, failed_at: float | None
-               ) -> tuple[str, str | None]:
-        if status != "ok" and not self.problem:  # node 0's own part failed: stop the others
-            first = (error or status).splitlines()[0]
-            _broadcast(self.channels, {"type": "stop", "reason": f"node 0 failed: {first}"})
-        self._await_ends()
-        failures = [(m.get("failed_at") or float("inf"), f"{self._name(n)} failed: {m['error']}")
-                    for n, m in self.ends.items() if m["status"] != "ok"]
-        if status != "ok":
-            failures.append((failed_at or float("inf"), f"node 0: {error}"))
-        elif len(self.ends) < len(self.channels) and not self.problem:
-            missing = sorted(set(self.channels) - set(self.ends))
-            failures.append((float("inf"), f"{self._name(missing[0])} never said how its part "
-                             f"ended (waited {END_WAIT_S:g} s)"))
-        if self.problem:  # what stopped the run comes first
-            failures.insert(0, (float("-inf"), self.problem))
-        if failures:
-            status = "failed" if status == "ok" else status
-            error = "\n".join(text for _, text in sorted(failures, key=lambda f: f[0]))
-        _broadcast(self.channels, {"type": "verdict", "status": status, "error": error})
-        _close_all(self.channels)
-        return status, error
-
-    def _await_ends(self) -> None:
-        deadline = time.monotonic() + END_WAIT_S
-        for node, channel in self.channels.items():
-            while node not in self.ends:
-                try:
-                    message = channel.receive(max(deadline - time.monotonic(), 0.01))
-                except (TimeoutError, EOFError, OSError, ValueError):
-                    break
-                if message["type"] == "end":
-                    self.ends[node] = message
-
-
-class Member(Link):
-    """Every other node's side: one channel to node 0."""
-
-    def __init__(self, nodes: Nodes, channel: Channel):
-        super().__init__(nodes)
-        self.channel = channel
-
-    def watch(self, done: int) -> str | None:
-        if self.problem:
-            return self.problem
-        self.problem = self._check(done)
-        return self.problem
-
-    def _check(self, done: int) -> str | None:
-        try:
-            if self.heartbeat_due():
-                self.channel.send({"type": "progress", "done": done})
-            messages = self.channel.poll()
-        except (EOFError, OSError, ValueError):
-            return "node 0 left the run: its parbench ended (killed, or crashed)"
-        for message in messages:
-            if message["type"] == "stop":
-                return f"node 0 stopped the run: {message['reason']}"
-        if time.monotonic() - self.channel.heard > SILENT_S:
-            return f"node 0 has been silent for {SILENT_S:g} s (stopped, or cut off)"
-        return None
-
-    def finish(self, status: str, error: str | None, failed_at: float | None
-               ) -> tuple[str, str | None]:
-        mine = error if status == "ok" or not self.problem else f"{self.problem}\n{error}"
-        if not _try_send(self.channel, {"type": "end", "status": status, "error": mine,
-                                        "failed_at": failed_at}):
-            return "failed", self.problem or "node 0 is gone: nobody records the run"
-        deadline = time.monotonic() + END_WAIT_S
-        try:
-            while True:
-                message = self.channel.receive(max(deadline - time.monotonic(), 0.01))
-                if message["type"] == "verdict":
-                    return message["status"], message["error"]
-        except (TimeoutError, EOFError, OSError, ValueError):
-            return "failed", (self.problem or "node 0 did not say how the run ended "
-                              f"(waited {END_WAIT_S:g} s)")
-        finally:
-            self.channel.close()

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .batches import steps_per_epoch
-from .checkin import CheckIn, Link, NodeFailure, check_in
+from .checkin import CheckIn, NodeFailure, check_in
 from .config import Plan, RunConfig, UsageError, optimizer_settings, resolve
 from .data import Dataset, DatasetError, load_dataset
 from .envinfo import machine_env
@@ -24,6 +24,7 @@ from .lifetime import private_tempdir
 from .load import LoadSample, load_env
 from .loop import RankLog
 from .nodes import comparable
+from .nodewatch import Link
 from .profiling import attach, window
 from .registry import LAUNCHERS
 from .results import SCHEMA_VERSION, aggregate, name_of, run_variant, warmup_steps

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .checkin import Link
+from .nodewatch import Link
 from .config import Plan, RunConfig
 from .exits import first_failure, how, write_exit
 from .lifetime import ProcessTree, die_with_parent
