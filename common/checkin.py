@@ -73,7 +73,7 @@ def _gather(nodes: Nodes, hello: dict) -> tuple[Link, CheckIn]:
     """Node 0: wait for every other node's hello, compare, answer."""
     hellos, channels, addresses = {0: hello}, {}, {0: nodes.master_host}
     deadline = time.monotonic() + nodes.join_timeout
-    with socket.create_server((nodes.master_host, nodes.checkin_port)) as server:
+    with _listen(nodes) as server:
         while len(hellos) < nodes.nnodes:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -103,6 +103,17 @@ def _gather(nodes: Nodes, hello: dict) -> tuple[Link, CheckIn]:
                      [hellos[n]["worker_ports"] for n in range(nodes.nnodes)])
     broadcast(channels, {"type": "start", **asdict(answer)})
     return Coordinator(nodes, channels, answer.hosts), answer
+
+
+def _listen(nodes: Nodes) -> socket.socket:
+    """Node 0's check-in socket at the master's host: the master must be this machine."""
+    try:
+        return socket.create_server((nodes.master_host, nodes.checkin_port))
+    except OSError as err:
+        raise UsageError(f"--master {nodes.master_host}:{nodes.master_port}: node 0 cannot "
+                         f"listen at {nodes.master_host}:{nodes.checkin_port} "
+                         f"({err.strerror or err}); give an address of node 0's own "
+                         "machine and a free PORT and PORT+1") from None
 
 
 def _greeted(channel: Channel, nodes: Nodes, hellos: dict[int, dict]) -> int | None:

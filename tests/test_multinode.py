@@ -210,6 +210,16 @@ def test_multi_node_usage_errors_are_one_line(tmp_path, args, message):
     assert not (tmp_path / "out").exists()
 
 
+@needs("torch")
+def test_node_0_that_cannot_listen_at_the_master_is_one_line(tmp_path):
+    done = parbench("run", "torch-ddp", "--nnodes", "2", "--master", "nosuchhost.invalid:2000",
+                    *TRAINING, "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert "node 0 cannot listen at nosuchhost.invalid:2001" in line
+    assert records_in(tmp_path / "out") == []
+
+
 def test_single_process_backends_refuse_nodes(tmp_path):
     done = parbench("run", "tf-mirrored", "--nnodes", "2", "--master", "127.0.0.1:2000")
     assert done.returncode == 2 and "one process drives every device" in done.stderr
