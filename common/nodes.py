@@ -43,11 +43,9 @@ class Nodes:
     def loopback(self) -> bool:
         return is_loopback(self.master_host)
 
-    def first_rank(self, devices_per_node: int) -> int:
-        return self.node_rank * devices_per_node
-
     def ranks(self, devices_per_node: int) -> range:
-        first = self.first_rank(devices_per_node)
+        """This node's global ranks: nodes are numbered node by node."""
+        first = self.node_rank * devices_per_node
         return range(first, first + devices_per_node)
 
 
