@@ -24,12 +24,11 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from parbench.config import RunConfig
-from parbench.devices import cpu_count
-from parbench.harness import Prepared, prepare, run_once
-from parbench.modes import modes_of
-from parbench.results import write_record
-
+from parbench.base.devices import cpu_count
+from parbench.launch.config import RunConfig
+from parbench.launch.harness import Prepared, prepare, run_once
+from parbench.results.records import write_record
+from parbench.run.modes import modes_of
 
 SETTLE_LIMIT_S = 120
 
@@ -49,7 +48,7 @@ def settled_run(prepared: Prepared, repeat: int) -> dict:
 
 
 def measure(out: Path, repeats: int, **settings) -> list[dict]:
-    cfg = RunConfig(out=str(out), **settings)
+    cfg = RunConfig.of(out=str(out), **settings)
     with tempfile.TemporaryDirectory() as shared:
         prepared = prepare(cfg, Path(shared))
         records = [settled_run(prepared, r) for r in range(repeats)]
@@ -123,7 +122,7 @@ def round_robin(out: Path, repeats: int, cases: list[dict]) -> list[list[dict]]:
     """Every case's records, the cases alternated (A B A B) so a drift in the machine's speed
     spreads over all of them instead of landing on one."""
     with tempfile.TemporaryDirectory() as shared:
-        prepared = [prepare(RunConfig(out=str(out), **case), Path(shared) / str(i))
+        prepared = [prepare(RunConfig.of(out=str(out), **case), Path(shared) / str(i))
                     for i, case in enumerate(cases)]
         records: list[list[dict]] = [[] for _ in cases]
         for repeat in range(repeats):

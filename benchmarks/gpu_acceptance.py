@@ -31,9 +31,9 @@ import tempfile
 from itertools import product
 from pathlib import Path
 
-from parbench.registry import BACKENDS, Backend
-from parbench.devices import gpu_count
-from parbench.modes import COMPUTE_DTYPES, PRECISIONS
+from parbench.base.devices import gpu_count
+from parbench.run.modes import COMPUTE_DTYPES, PRECISIONS
+from parbench.run.registry import BACKENDS, Backend
 
 EXIT_USAGE = 2
 MUST_RUN_ON_GPU = ("--precision", "--sync-bn")  # refused on CPU only: a refusal here fails

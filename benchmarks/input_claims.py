@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from claims import measure, median, round_robin
 from tabulate import tabulate
 
-from claims import measure, median, round_robin
-from parbench.modes import modes_of
+from parbench.run.modes import modes_of
 
 PARALLEL = ("torch-ddp", "tf-mirrored", "tf-mirrored-keras", "tf-multiworker", "paddle-spawn",
             "paddle-launch")

@@ -26,18 +26,17 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from parbench.frameworks.jax import runtime, training
-from parbench.optim import OptimizerSpec
-from parbench.spec import build_spec
-from parbench.weights import initial_weights
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
+
+from parbench.contract.optim import OptimizerSpec
+from parbench.contract.spec import build_spec
+from parbench.contract.weights import initial_weights
+from parbench.frameworks.jax import runtime, training
 
 DEVICES = 2
 
@@ -93,19 +92,21 @@ def strategy_program(backend: str, sync: bool, parts: int) -> str:
     import tempfile
     from dataclasses import asdict
 
+    from parbench.contract.spec import spec_dict
+    from parbench.contract.tasks import ImageClassification
+    from parbench.contract.weights import save_weights
     from parbench.frameworks.jax import pmap, sharded
-    from parbench.job import Job
-    from parbench.modes import Modes
-    from parbench.spec import spec_dict
-    from parbench.weights import save_weights
+    from parbench.run.job import Job
+    from parbench.run.modes import Modes
 
     spec = build_spec("resnet", (1, 8, 8), 10)  # the digits resnet
     with tempfile.TemporaryDirectory() as folder:
         save_weights(f"{folder}/weights.npz", initial_weights(spec, 0))
         job = Job(backend=backend, launcher="python", world_size=DEVICES, threads=DEVICES,
-                  model=spec_dict(spec), dataset="digits", num_classes=10, global_batch=32,
+                  model=spec_dict(spec), dataset="digits", num_classes=10,
+                  task_name=ImageClassification.name, global_batch=32,
                   total_steps=1, optimizer=asdict(OptimizerSpec()), seed=0, workdir=folder,
-                  shared=folder, modes=Modes(sync_bn=sync, grad_accum=parts).as_dict())
+                  shared=folder, modes=Modes(sync_bn=sync, grad_accum=parts))
         strategy = (pmap.Pmap if backend == "jax-pmap" else sharded.Sharded)(job)
     placement = strategy.per_device if backend == "jax-pmap" else strategy.rows
     x = training.row_blocks(np.zeros((32, 1, 8, 8), np.float32), placement)

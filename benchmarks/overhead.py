@@ -21,13 +21,13 @@ import time
 import numpy as np
 from timing import BATCH, child_env, describe_rounds, parbench_run, step_ms
 
-from parbench.batches import schedule
-from parbench.data import load_synthetic
-from parbench.devices import cpu_count
-from parbench.optim import OptimizerSpec, lr_at
-from parbench.results import warmup_steps
-from parbench.spec import build_spec
-from parbench.weights import initial_weights
+from parbench.base.devices import cpu_count
+from parbench.contract.batches import schedule
+from parbench.contract.data import load_synthetic
+from parbench.contract.optim import OptimizerSpec, lr_at
+from parbench.contract.spec import build_spec
+from parbench.contract.weights import initial_weights
+from parbench.results.metrics import warmup_steps
 
 SINGLE = {"torch": "torch-single", "tensorflow": "tf-single", "paddle": "paddle-single"}
 

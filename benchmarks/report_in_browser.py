@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from parbench.html_report import write_report
-from parbench.results import check_folder
+from parbench.results.html_report import write_report
+from parbench.results.records import check_folder
 
 WINDOW = (1400, 1000)
 TALLEST = 16000  # px: a whole-page screenshot taller than this is cut (chromium's own limits)

@@ -26,7 +26,7 @@ from pathlib import Path
 from claims import settle
 from tabulate import tabulate
 
-from parbench.ports import free_port
+from parbench.base.ports import free_port
 
 BUSY = [sys.executable, "-c", "while True: pass"]
 TRAINING = ["--devices", "1", "--threads", "1", "--steps", "30", "--global-batch", "64"]

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from parbench.supervise import MALLOC_SETTINGS
+from parbench.launch.supervise import MALLOC_SETTINGS
 
 BATCH = 128
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

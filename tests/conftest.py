@@ -8,14 +8,14 @@ import json
 import os
 import pickle
 import subprocess
-from fnmatch import fnmatch
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from parbench.registry import FRAMEWORKS
+from parbench.run.registry import FRAMEWORKS
 
 
 def parbench(*args: str, env: dict | None = None, timeout: float = 600,
@@ -48,7 +48,7 @@ def assert_scores_follow_predictions(metrics: dict, labels: np.ndarray) -> None:
     """The record's confusion matrix holds every test row once, under its true class; the
     accuracy and the macro scores are the ones it gives; and the model predicts more than
     one class (a vacuous matrix would pass the rest)."""
-    from parbench.classification import macro_scores
+    from parbench.contract.tasks import macro_scores
 
     confusion = np.array(metrics["confusion_matrix"])
     assert confusion.sum(axis=1).tolist() == np.bincount(labels, minlength=len(confusion)).tolist()
@@ -75,7 +75,7 @@ def needs(framework: str):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A framework's own test files (parbench.registry: Framework.test_files) are skipped
+    """A framework's own test files (parbench.run.registry: Framework.test_files) are skipped
     where it is not installed, without a marker in each file."""
     for item in items:
         for framework in FRAMEWORKS.values():

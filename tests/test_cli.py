@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conftest import parbench, write_cifar
-from parbench.registry import BACKENDS
-from parbench.devices import gpu_count
+from parbench.base.devices import gpu_count
+from parbench.run.registry import BACKENDS
 
 
 def assert_refused(result, out, fragment):
@@ -94,7 +94,7 @@ def test_list_says_what_is_available_and_why_not():
 LIST_WITHOUT = """
 import sys
 sys.modules[sys.argv[1]] = None
-from parbench.cli import main
+from parbench.cli.main import main
 sys.exit(main(["list"]))
 """
 

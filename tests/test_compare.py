@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import needs, parbench, records_in
-from parbench.parity import Comparison, relative_difference
+from parbench.cli.parity import Comparison, relative_difference
 
 SWEEP = ["compare", "torch-single", "torch-ddp", "--devices", "1,2", "--steps", "4",
          "--global-batch", "32", "--repeats", "2"]

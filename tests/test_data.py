@@ -10,8 +10,15 @@ import numpy as np
 import pytest
 
 from conftest import write_cifar
-from parbench.data import (DatasetError, load_cifar10, load_dataset, load_digits, load_mnist,
-                           load_synthetic, synthetic_images)
+from parbench.contract.data import (
+    DatasetError,
+    load_cifar10,
+    load_dataset,
+    load_digits,
+    load_mnist,
+    load_synthetic,
+    synthetic_images,
+)
 
 
 def write_idx(path, array, compress):

@@ -1,4 +1,4 @@
-"""The exit reports behind "rank N died first": the watcher parbench.worker forks in front of
+"""The exit reports behind "rank N died first": the watcher parbench.run.worker forks in front of
 a rank under torchrun and paddle.distributed.launch ends exactly as the rank did, so the
 launcher sees the same exit code or signal, and the report says it first. And how a rank ends
 its strategy (parbench.loop.run_worker): a failure is written first, then torn down as failed,
@@ -13,12 +13,13 @@ import sys
 
 import pytest
 
-from parbench.exits import first_failure, how, write_exit
+from parbench.launch.exits import first_failure
+from parbench.run.process import how, write_exit
 
 WATCHED = """
 import os, signal, sys
 from pathlib import Path
-from parbench.exits import fork_watcher
+from parbench.run.process import fork_watcher
 fork_watcher(3, Path(sys.argv[1]))  # from here on, this is the rank (the watcher's child)
 {body}
 """
@@ -71,7 +72,7 @@ class Recorder:
 def _run(tmp_path, train, build=Recorder):
     from types import SimpleNamespace
 
-    from parbench.loop import run_worker
+    from parbench.run.loop import run_worker
 
     built = []
 

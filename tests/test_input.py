@@ -1,5 +1,5 @@
 """The framework-free side of --input: the contract's feed, the record's account of what each
-device trained on (parbench.samples), the run options and the report's input columns. Each
+device trained on (parbench.results.samples), the run options and the report's input columns. Each
 framework's native loaders are tested in test_input_<framework>.py."""
 
 from __future__ import annotations
@@ -10,22 +10,23 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-from conftest import UNEVEN_INPUT, needs, parbench, run_ok, uneven_input_row
-from parbench.batches import schedule
-from parbench.data import load_synthetic
-from parbench.feeds import ArrayFeed, Batch, FeedLog, samples_file
-from parbench.job import Job
-from parbench.modes import Modes
-from parbench.results import check_record
-from parbench.samples import epoch_accounts, fingerprint, input_metrics
 from test_modes import v3
 from test_report import markdown_tables, record
+
+from conftest import UNEVEN_INPUT, needs, parbench, run_ok, uneven_input_row
+from parbench.contract.batches import schedule
+from parbench.contract.data import load_synthetic
+from parbench.results.records import check_record
+from parbench.results.samples import epoch_accounts, fingerprint, input_metrics
+from parbench.run.feeds import ArrayFeed, Batch, FeedLog, samples_file
+from parbench.run.job import Job
+from parbench.run.modes import Modes
 
 
 def job(world_size: int, global_batch: int = 8, **extra) -> Job:
     return Job(backend="torch-ddp", launcher="spawn", world_size=world_size, threads=1,
-               model={}, dataset="synthetic", num_classes=10, global_batch=global_batch,
+               model={}, dataset="synthetic", num_classes=10, task_name="image-classification",
+               global_batch=global_batch,
                total_steps=5, optimizer={}, seed=3, workdir="/nonexistent", shared="/x",
                **extra)
 
@@ -85,7 +86,7 @@ def test_input_metrics_prove_the_contract_and_measure_the_wait(tmp_path, monkeyp
     # one device fed another's rows: no longer the contract, and the fingerprints say which
     swapped = np.load(tmp_path / samples_file(1))
     np.save(tmp_path / samples_file(1), swapped[:, :, ::-1])
-    monkeypatch.setattr("parbench.samples.INDEX_LIST_LIMIT", 10)
+    monkeypatch.setattr("parbench.results.samples.INDEX_LIST_LIMIT", 10)
     changed = input_metrics(tmp_path, logs, "arrays", seed=3, global_batch=8, train_size=40)
     assert changed["matches_contract"] is False
     assert changed["fingerprints"][0] == metrics["fingerprints"][0]

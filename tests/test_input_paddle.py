@@ -148,13 +148,13 @@ import numpy as np
 
 def read_one_epoch(out: str) -> None:
     import paddle.distributed as dist
-    from parbench.data import Dataset
+    from parbench.contract.data import Dataset
     from parbench.frameworks.paddle.input import single_feed
 
     rows = 256
     data = Dataset("toy", np.zeros((rows, 1, 2, 2), np.float32), np.zeros(rows, np.int64),
                    None, None, 10)
-    job = SimpleNamespace(seed=0, global_batch=32, run_modes=SimpleNamespace(loader_workers=0))
+    job = SimpleNamespace(seed=0, global_batch=32, modes=SimpleNamespace(loader_workers=0))
     feed = single_feed(job, data)
     seen = [batch.indices for batch in feed.batches(feed.steps_per_epoch)]
     np.save(Path(out) / f"rank{dist.get_rank()}.npy", np.stack(seen))

@@ -24,8 +24,12 @@ import psutil
 import pytest
 
 from conftest import needs, records_in
-from parbench import netns
-from parbench.netns import enter_private_network, listening_sockets, private_network_unavailable
+from parbench.launch import netns
+from parbench.launch.netns import (
+    enter_private_network,
+    listening_sockets,
+    private_network_unavailable,
+)
 
 OWN_NAMESPACE = os.readlink("/proc/self/ns/net") if sys.platform.startswith("linux") else None
 
@@ -112,7 +116,7 @@ def test_server_without_namespace_is_seen_on_every_interface():
 
 def test_probe_succeeds_where_isolation_works(isolation):
     # The fixture skipped otherwise; check the cached answer agrees with a fresh child's.
-    show = "from parbench.netns import private_network_unavailable as p; print(repr(p()))"
+    show = "from parbench.launch.netns import private_network_unavailable as p; print(repr(p()))"
     result = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True,
                             timeout=120)
     assert result.stdout.strip() == "None", result.stderr
@@ -184,7 +188,7 @@ def _without_namespaces(*command: str) -> list[str]:
 def test_probe_gives_one_line_reason_where_isolation_is_impossible(isolation):
     # isolation: creating the outer user namespace needs what the probe needs.
     result = subprocess.run(_without_namespaces(
-        sys.executable, "-c", "from parbench.netns import private_network_unavailable as p; "
+        sys.executable, "-c", "from parbench.launch.netns import private_network_unavailable as p; "
                               "print(p())"), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     reason = result.stdout.strip()

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import default_threads, needs, parbench, records_in
-from parbench.parity import STRATEGY_TOLERANCE
+from parbench.cli.parity import STRATEGY_TOLERANCE
 
 pytestmark = needs("jax")  # importlib.util.find_spec: jax is never imported here
 

@@ -1,5 +1,5 @@
 """The JAX port's numerics: forward parity with torch for every parity case, the optimizers
-against parbench.optim's rules, synchronized BatchNorm over 2 devices against one, and the
+against parbench.contract.optim's rules, synchronized BatchNorm over 2 devices against one, and the
 canonical weights in and out.
 
 JAX runs only in subprocesses (TensorFlow and Paddle segfault when imported into one process
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import needs
-from parbench.parity import FORWARD_CASES, FORWARD_TOLERANCE, relative_difference, run_forward
+from parbench.cli.parity import FORWARD_CASES, FORWARD_TOLERANCE, relative_difference, run_forward
 
 # find_spec, not importorskip: importing jax here is what the subprocesses are for
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
@@ -69,10 +69,10 @@ def test_forward_matches_torch(tmp_path, model, mode):
 CHECKS = r'''
 import json, math
 import numpy as np, jax, jax.numpy as jnp
-from parbench.optim import AdamWReference, OptimizerSpec, clip_coefficient
-from parbench.parity import forward_inputs, relative_difference
-from parbench.spec import build_spec, parameters, spec_from_dict
-from parbench.weights import initial_weights
+from parbench.contract.optim import AdamWReference, OptimizerSpec, clip_coefficient
+from parbench.cli.parity import forward_inputs, relative_difference
+from parbench.contract.spec import build_spec, parameters, spec_from_dict
+from parbench.contract.weights import initial_weights
 from parbench.frameworks.jax.model import (apply, evaluate, export_weights, loss_fn,
                                            split_weights)
 from parbench.frameworks.jax.optim import clip, make_optimizer
@@ -324,8 +324,8 @@ SYNC_BATCHNORM = r'''
 import json
 import numpy as np, jax, jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
-from parbench.parity import forward_inputs, relative_difference
-from parbench.spec import spec_from_dict
+from parbench.cli.parity import forward_inputs, relative_difference
+from parbench.contract.spec import spec_from_dict
 from parbench.frameworks.jax.model import apply, loss_fn, split_weights
 
 assert jax.device_count() == 2

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_report import by_row, markdown_tables, record
 
 from conftest import parbench
-from parbench.classification import confusion_matrix, macro_scores
-from parbench.devices import gpu_count
-from parbench.modes import COMPUTE_DTYPES, Modes, Observed, check_observed
-from parbench.results import check_record
-from test_report import by_row, markdown_tables, record
+from parbench.base.devices import gpu_count
+from parbench.contract.tasks import confusion_matrix, macro_scores
+from parbench.results.records import check_record
+from parbench.run.modes import COMPUTE_DTYPES, Modes, Observed, check_observed
+
 
 @pytest.mark.parametrize("args,message", [
     (("paddle-single", "--precision", "bf16"),
@@ -56,11 +57,11 @@ def test_a_mode_a_backend_cannot_run_is_refused_before_anything_starts(tmp_path,
 
 
 def test_the_check_fails_a_run_whose_mode_did_not_take_effect():
-    check_observed(Modes("bf16", compile=True, grad_accum=2),
+    check_observed(Modes(precision="bf16", compile=True, grad_accum=2),
                    Observed("bfloat16", compiled_graphs=3, micro_batches=2))
     with pytest.raises(RuntimeError, match="--precision bf16 expects bfloat16 activations, "
                                            "the first layer computed in float32"):
-        check_observed(Modes("bf16"), Observed("float32"))
+        check_observed(Modes(precision="bf16"), Observed("float32"))
     with pytest.raises(RuntimeError, match="--compile compiled no graph"):
         check_observed(Modes(compile=True), Observed("float32", compiled_graphs=0))
     with pytest.raises(RuntimeError, match="--sync-bn converted no BatchNorm layer"):
@@ -101,7 +102,7 @@ def v3(base: dict, modes: Modes = Modes(), confusion: list[list[int]] | None = N
     return rec
 
 
-BF16 = Modes("bf16")
+BF16 = Modes(precision="bf16")
 RECORDS = [
     v3(record("torch-single", "torch", 1, 0, 100.0), confusion=[[4, 1], [2, 3]]),
     v3(record("torch-single", "torch", 1, 0, 160.0), BF16),

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import assert_scores_follow_predictions, needs, parbench, records_in, run_digits
-from parbench.data import load_dataset
-from parbench.devices import gpu_count
-from parbench.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
+from parbench.base.devices import gpu_count
+from parbench.cli.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
+from parbench.contract.data import load_dataset
 
 pytestmark = needs("paddle")
 

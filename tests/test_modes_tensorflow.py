@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from conftest import assert_scores_follow_predictions, needs, parbench, records_in, run_ok
-from parbench.data import load_dataset
-from parbench.parity import STRATEGY_TOLERANCE, compare_runs
-from parbench.weights import load_weights
+from parbench.cli.parity import STRATEGY_TOLERANCE, compare_runs
+from parbench.contract.data import load_dataset
+from parbench.contract.weights import load_weights
 
 pytestmark = needs("tensorflow")
 
@@ -34,7 +34,7 @@ SYNC_BN_TOLERANCE = 1e-4  # the issue's bound; measured 9.5e-8 (Mirrored, MultiW
 # (an update with gradients still scaled by 2**15 diverges).
 REDUCED_PRECISION_GAP = (1e-6, 2e-2)
 RESNET_BATCHNORMS = 9  # stem, 2 per block, 2 projection shortcuts
-# run_trajectory's settings (parbench.parity), through the CLI: run_once is not thread-safe
+# run_trajectory's settings (parbench.cli.parity), through the CLI: run_once is not thread-safe
 # (a finished run kills its process tree's leftovers), so parallel lanes are separate processes
 TRAJECTORY = ["--model", "resnet-nonorm", "--dataset", DATASET, "--steps", "10",
               "--global-batch", "32", "--schedule", "constant"]

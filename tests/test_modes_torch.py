@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from conftest import assert_scores_follow_predictions, needs, parbench, run_digits
-from parbench.data import load_dataset
-from parbench.devices import gpu_count
-from parbench.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
+from parbench.base.devices import gpu_count
+from parbench.cli.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
+from parbench.contract.data import load_dataset
 
 pytestmark = needs("torch")
 
@@ -108,8 +108,8 @@ REPLICA_THREAD = """
 import threading, torch
 from parbench.frameworks.torch import runtime
 from parbench.frameworks.torch.model import build_model
-from parbench.spec import build_spec
-from parbench.weights import initial_weights
+from parbench.contract.spec import build_spec
+from parbench.contract.weights import initial_weights
 
 spec = build_spec("mlp", (1, 8, 8), 10)
 module = build_model(spec, initial_weights(spec, 0))
@@ -140,7 +140,7 @@ def test_autocast_is_entered_inside_each_replica_thread():
 
 @pytest.mark.parametrize("backend,devices,option", [
     pytest.param("torch-ddp", "2", "--sync-bn", marks=ON_CPU),
-    # refused with GPUs too (parbench.registry: torch-dp's refusals); on CPU torch-dp has one device
+    # refused with GPUs too (parbench.run.registry: torch-dp's refusals); on CPU torch-dp has one device
     pytest.param("torch-dp", "2", "--sync-bn", marks=TWO_GPUS),
     ("torch-dp", "1", "--compile"),
 ])

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import needs, parbench, records_in, run_ok
 
-from parbench.checkin import CheckIn, NodeFailure, check_in
-from parbench.collect import all_gather_bytes, pack, unpack
-from parbench.config import UsageError
-from parbench.ports import free_port
-from parbench.netns import enter_private_network, private_network_unavailable
-from parbench.nodes import Nodes, differences, parse_master
-from parbench.nodewatch import Link
+from conftest import needs, parbench, records_in, run_ok
+from parbench.base.errors import UsageError
+from parbench.base.ports import free_port
+from parbench.launch.checkin import CheckIn, NodeFailure, check_in
+from parbench.launch.netns import enter_private_network, private_network_unavailable
+from parbench.launch.nodes import Nodes, differences, parse_master
+from parbench.launch.nodewatch import Link
+from parbench.run.collect import all_gather_bytes, pack, unpack
 
 DRIVER = Path(__file__).with_name("nodes_driver.py")
 # digits, global batch 32, no BatchNorm, one thread per worker: both layouts (2 nodes x 1 device

@@ -15,11 +15,16 @@ from pathlib import Path
 import pytest
 
 from conftest import needs, parbench, records_in
-from parbench import compare
-from parbench.compare import Slot, busy_warning, schedule
-from parbench.load import LoadSample, load_env
-from parbench.results import (BUSY_LOAD_PER_CORE, SCHEMA_VERSION, check_record, machine_busy,
-                              run_was_busy)
+from parbench.cli import compare
+from parbench.cli.compare import Slot, busy_warning, schedule
+from parbench.launch.load import LoadSample, load_env
+from parbench.results.records import (
+    BUSY_LOAD_PER_CORE,
+    SCHEMA_VERSION,
+    check_record,
+    machine_busy,
+    run_was_busy,
+)
 
 V1_RECORD = Path(__file__).parents[1] / "results/claims/runs/torch-single-n1-5ea9a70372-r0.json"
 LOAD = {"load_1m_start": 0.4, "load_1m_end": 0.6, "other_cpu_s": 0.05}

@@ -17,7 +17,7 @@ def test_wheel_installs_parbench_and_its_frameworks(tmp_path):
                    capture_output=True)
     (wheel,) = (tmp_path / "dist").glob("parbench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ("parbench/cli.py", "parbench/record_schema.json",
+    for expected in ("parbench/cli/main.py", "parbench/results/record_schema.json",
                      "parbench/frameworks/torch/ddp.py", "parbench/frameworks/paddle/launch.py",
                      "parbench/frameworks/tensorflow/mirrored.py"):
         assert expected in names
@@ -25,8 +25,9 @@ def test_wheel_installs_parbench_and_its_frameworks(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                     str(tmp_path / "site"), str(wheel)], check=True, capture_output=True)
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
-    probe = subprocess.run([sys.executable, "-c", "import parbench.cli, sys; "
-                            "print(parbench.cli.__file__); sys.exit(parbench.cli.main(['list']))"],
+    probe = subprocess.run([sys.executable, "-c", "import parbench.cli.main, sys; "
+                            "print(parbench.cli.main.__file__); "
+                            "sys.exit(parbench.cli.main.main(['list']))"],
                            capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
     assert probe.stdout.startswith(str(tmp_path / "site" / "parbench"))
     assert "torch-ddp" in probe.stdout

@@ -16,10 +16,16 @@ import numpy as np
 import pytest
 
 from conftest import default_threads, needs, parbench, records_in
-from parbench import harness
-from parbench.parity import (FORWARD_CASES, STRATEGY_TOLERANCE, compare_forward, compare_runs,
-                             forward_inputs, run_trajectory)
-from parbench.weights import load_weights
+from parbench.cli.parity import (
+    FORWARD_CASES,
+    STRATEGY_TOLERANCE,
+    compare_forward,
+    compare_runs,
+    forward_inputs,
+    run_trajectory,
+)
+from parbench.contract.weights import load_weights
+from parbench.launch import harness
 
 pytestmark = needs("paddle")
 

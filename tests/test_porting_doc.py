@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from parbench.excerpts import MARKER, refresh
+from parbench.cli.excerpts import MARKER, refresh
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "porting.md"
@@ -14,7 +14,7 @@ DOC = ROOT / "docs" / "porting.md"
 
 def test_every_excerpt_matches_its_source():
     _, stale = refresh(DOC, ROOT)
-    assert stale == [], "run: python -m parbench.excerpts docs/porting.md"
+    assert stale == [], "run: python -m parbench.cli.excerpts docs/porting.md"
 
 
 def test_the_reference_quotes_every_framework():

@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
+from test_report import markdown_tables, record
 
 from conftest import needs, parbench
-from parbench.profiling import PHASES, PROFILE_STEPS, SUFFIX, window
-from test_report import markdown_tables, record
+from parbench.run.profiling import PHASES, PROFILE_STEPS, SUFFIX, window
 
 TINY = ("--steps", "10", "--global-batch", "32")
 

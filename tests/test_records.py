@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs, parbench, records_in
-from parbench.results import FALLBACK_FOLDERS, check_record, name_of, save_record
+from parbench.results.records import FALLBACK_FOLDERS, check_record, name_of, save_record
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "claims" / "runs"
 # A fault at the very first step: a run that started training would fail (exit 1), so exit 2

@@ -9,10 +9,11 @@ import json
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
-from parbench.registry import BACKENDS, FRAMEWORKS, LAUNCHERS
+import tomllib
+
+from parbench.run.registry import BACKENDS, FRAMEWORKS, LAUNCHERS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,15 +76,15 @@ def test_common_names_no_framework_outside_the_registry():
     names = {*FRAMEWORKS, *(f.import_name for f in FRAMEWORKS.values()), "tf"}
     pattern = re.compile(rf"\b({'|'.join(sorted(names))})\b", re.I)
     found = [f"{path.name}:{line}: {text[:80]!r}"
-             for path in sorted((ROOT / "common").glob("*.py")) if path.name != "registry.py"
+             for path in sorted((ROOT / "common").rglob("*.py")) if path.name != "registry.py"
              for line, text in code_strings(path) if pattern.search(text)]
     assert found == []
 
 
 DUMMY = """
 import json
-from parbench import registry
-from parbench.registry import Backend, Framework
+from parbench.run import registry
+from parbench.run.registry import Backend, Framework
 
 dummy = Framework("dummy", "json", "dummy", (
     Backend("dummy-single", "dummy", "single", "parbench.frameworks.dummy.single", ("python",),
@@ -94,17 +95,20 @@ dummy = Framework("dummy", "json", "dummy", (
 registry.FRAMEWORKS[dummy.name] = dummy
 registry.BACKENDS.update({b.name: b for b in dummy.backends})
 
-from parbench import cli, config, parity, results, rows
+from parbench.base.errors import UsageError
+from parbench.cli import main, parity
+from parbench.launch import config
+from parbench.results import records, rows
 
-args = cli.build_parser().parse_args(["compare", "--framework", "dummy"])
+args = main.build_parser().parse_args(["compare", "--framework", "dummy"])
 plan = config.resolve(config.RunConfig(backend="dummy-many", devices=2))
 refused = ""
 try:
-    config.resolve(config.RunConfig(backend="dummy-single", compile=True))
-except config.UsageError as err:
+    config.resolve(config.RunConfig.of(backend="dummy-single", compile=True))
+except UsageError as err:
     refused = str(err)
 print(json.dumps({"compare": args.framework, "parity": parity.installed_frameworks(),
-                  "schema": results.SCHEMA["properties"]["framework"]["enum"],
+                  "schema": records.SCHEMA["properties"]["framework"]["enum"],
                   "single": rows.SINGLE["dummy"], "order": rows.FRAMEWORKS[-1],
                   "world": plan.world_size, "refused": refused}))
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import parbench
-from parbench.results import check_record
+from parbench.results.records import check_record
 
 SPEC_A, SPEC_B = "a" * 64, "b" * 64
 BATCH = 128

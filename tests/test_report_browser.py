@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_report import PNG_SIGNATURE, RECORDS, record
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "report_in_browser.py"

@@ -11,8 +11,9 @@ import subprocess
 
 import pytest
 
-from parbench.config import UsageError
-from parbench.slurm import SET_BY_SCRIPT, SlurmNode, add_slurm_parser, sbatch_script, slurm_node
+from parbench.base.errors import UsageError
+from parbench.cli.slurm import add_slurm_parser
+from parbench.launch.slurm import SET_BY_SCRIPT, SlurmNode, sbatch_script, slurm_node
 
 SRUN_PREFIX = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "parbench", "run"]
 
@@ -162,24 +163,12 @@ def test_options_the_script_sets_are_refused_in_the_run_options(option):
             sbatch_script("torch-ddp", run_args, 2, 0, 29500)
 
 
-# --- the sub-command, on a stand-in for cli.py's parser
+# --- the sub-command, with the run options of 'parbench run'
 
 
-def stand_in_run_options(with_devices: bool):
-    def add_run_options(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--steps", type=int)
-        parser.add_argument("--global-batch", type=int)
-        parser.add_argument("--out")
-        parser.add_argument("--compile", action="store_true", default=None)
-        if with_devices:
-            parser.add_argument("--devices", type=int)
-    return add_run_options
-
-
-def slurm_cli(argv: list[str], capsys, with_devices: bool = True) -> str:
+def slurm_cli(argv: list[str], capsys) -> str:
     parser = argparse.ArgumentParser(prog="parbench")
-    add_slurm_parser(parser.add_subparsers(dest="command", required=True),
-                     stand_in_run_options(with_devices))
+    add_slurm_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     assert args.func(args) == 0
     return capsys.readouterr().out
@@ -197,7 +186,7 @@ def test_the_sub_command_forwards_the_run_options_verbatim(capsys):
 def test_slurm_options_mix_with_run_options_in_any_order(capsys):
     argv = ["slurm", "--time", "0:30:00", "--nodes", "9", "tf-multiworker", "--steps=5",
             "--nodes", "3", "--partition", "cpu", "--devices", "2", "--master-port", "4000"]
-    script = slurm_cli(argv, capsys, with_devices=False)  # --devices as in 'parbench run'
+    script = slurm_cli(argv, capsys)  # --devices as in 'parbench run'
     assert "#SBATCH --nodes=3\n" in script  # given after the backend: wins
     assert "#SBATCH --time=0:30:00\n" in script and "#SBATCH --partition=cpu\n" in script
     head = ["--from-slurm", "--master-port", "4000"]

@@ -17,10 +17,16 @@ from pathlib import Path
 import pytest
 
 from conftest import default_threads, needs, parbench, records_in
-from parbench.exits import first_failure
-from parbench.parity import (FORWARD_CASES, STRATEGY_TOLERANCE, TRAJECTORY_TOLERANCE,
-                             compare_forward, compare_runs, forward_inputs)
-from parbench.weights import load_weights
+from parbench.cli.parity import (
+    FORWARD_CASES,
+    STRATEGY_TOLERANCE,
+    TRAJECTORY_TOLERANCE,
+    compare_forward,
+    compare_runs,
+    forward_inputs,
+)
+from parbench.contract.weights import load_weights
+from parbench.launch.exits import first_failure
 
 pytestmark = needs("tensorflow")
 
@@ -135,8 +141,8 @@ def test_records_are_plausible(runs):
 GUARD = """
 from parbench.frameworks.tensorflow import runtime
 from parbench.frameworks.tensorflow.model import build_model
-from parbench.spec import build_spec
-from parbench.weights import initial_weights
+from parbench.contract.spec import build_spec
+from parbench.contract.weights import initial_weights
 
 # no logical devices configured: TF accepts both names and keeps every replica on CPU:0
 strategy = runtime.tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

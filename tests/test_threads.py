@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from conftest import needs, parbench, records_in
-from parbench.devices import gpu_count
+from parbench.base.devices import gpu_count
 
 pytestmark = pytest.mark.skipif(shutil.which("taskset") is None,
                                 reason="taskset (util-linux) is needed to vary the cores seen")

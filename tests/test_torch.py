@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import default_threads, needs, parbench, records_in
-from parbench.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
+from parbench.cli.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
 
 pytestmark = needs("torch")
 

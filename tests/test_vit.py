@@ -10,11 +10,21 @@ import numpy as np
 import pytest
 
 from conftest import parbench
-from parbench.config import RunConfig, UsageError, resolve
-from parbench.optim import AdamWReference, OptimizerSpec, clip_coefficient
-from parbench.spec import (KINDS, ROLE_RULES, Role, build_spec, kind_of, parameter_count,
-                           parameters, spec_dict, spec_from_dict)
-from parbench.weights import initial_weights
+from parbench.base.errors import UsageError
+from parbench.contract.optim import AdamWReference, OptimizerSpec, clip_coefficient
+from parbench.contract.spec import (
+    KINDS,
+    ROLE_RULES,
+    Role,
+    build_spec,
+    kind_of,
+    parameter_count,
+    parameters,
+    spec_dict,
+    spec_from_dict,
+)
+from parbench.contract.weights import initial_weights
+from parbench.launch.config import RunConfig, resolve
 
 
 def test_every_role_has_a_rule_and_decay_spares_norms_and_biases():
@@ -134,7 +144,7 @@ def test_unknown_model_or_optimizer_is_one_line_and_no_record(tmp_path, args, me
 
 
 def test_weight_comparisons_leave_out_only_the_attention_key_bias():
-    from parbench.parity import identifiable
+    from parbench.cli.parity import identifiable
 
     bias = np.arange(12.0)  # width 4: q rows 0-3, k rows 4-7, v rows 8-11
     assert identifiable("blocks.0.attn.qkv.bias", bias).tolist() == [0, 1, 2, 3, 8, 9, 10, 11]

@@ -15,18 +15,23 @@ import sys
 import pytest
 
 from conftest import needs, run_ok
-from parbench.parity import STRATEGY_TOLERANCE, TRAJECTORY_TOLERANCE, compare_runs, run_trajectory
-from parbench.spec import build_spec, parameters
+from parbench.cli.parity import (
+    STRATEGY_TOLERANCE,
+    TRAJECTORY_TOLERANCE,
+    compare_runs,
+    run_trajectory,
+)
+from parbench.contract.spec import build_spec, parameters
 
 pytestmark = needs("paddle")
 
 CHECKS = r'''
 import json, math
 import numpy as np, paddle, paddle.nn.functional as F
-from parbench.optim import AdamWReference, OptimizerSpec, clip_coefficient
-from parbench.parity import relative_difference
-from parbench.spec import build_spec, parameters
-from parbench.weights import initial_weights
+from parbench.contract.optim import AdamWReference, OptimizerSpec, clip_coefficient
+from parbench.cli.parity import relative_difference
+from parbench.contract.spec import build_spec, parameters
+from parbench.contract.weights import initial_weights
 from parbench.frameworks.paddle.model import build_model, export_gradients, export_weights
 from parbench.frameworks.paddle.optim import clipper, make_optimizer, trainable
 

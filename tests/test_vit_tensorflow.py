@@ -17,8 +17,13 @@ import sys
 import pytest
 
 from conftest import needs, run_ok
-from parbench.parity import (FORWARD_TOLERANCE, STRATEGY_TOLERANCE, TRAJECTORY_TOLERANCE,
-                             compare_runs, run_trajectory)
+from parbench.cli.parity import (
+    FORWARD_TOLERANCE,
+    STRATEGY_TOLERANCE,
+    TRAJECTORY_TOLERANCE,
+    compare_runs,
+    run_trajectory,
+)
 
 pytestmark = needs("tensorflow")
 
@@ -36,10 +41,10 @@ from parbench.frameworks.tensorflow import vit
 from parbench.frameworks.tensorflow.model import (build_model, export_weights,
                                                   to_canonical_layout, to_tf_layout)
 from parbench.frameworks.tensorflow.optimizers import SharedSGD, make_optimizer
-from parbench.optim import AdamWReference, OptimizerSpec, clip_coefficient
-from parbench.parity import relative_difference
-from parbench.spec import build_spec, parameters
-from parbench.weights import initial_weights
+from parbench.contract.optim import AdamWReference, OptimizerSpec, clip_coefficient
+from parbench.cli.parity import relative_difference
+from parbench.contract.spec import build_spec, parameters
+from parbench.contract.weights import initial_weights
 
 SPEC = build_spec("vit", (3, 16, 16), 10)
 PARAMS = parameters(SPEC)
@@ -238,7 +243,7 @@ def test_keras_adamw_is_another_formula(checks):
 
 
 def test_adamw_decays_exactly_the_tensors_the_spec_says(checks):
-    from parbench.spec import build_spec, parameters
+    from parbench.contract.spec import build_spec, parameters
 
     decay, spec = checks["decay"], parameters(build_spec("vit", (3, 16, 16), 10))
     assert set(decay) == set(spec)

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import needs, run_digits
-from parbench.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
+from parbench.cli.parity import STRATEGY_TOLERANCE, compare_runs, run_trajectory
 
 pytestmark = needs("torch")
 
@@ -36,10 +36,10 @@ import json
 import numpy as np, torch
 from parbench.frameworks.torch import runtime
 from parbench.frameworks.torch.model import build_model
-from parbench.optim import AdamWReference, OptimizerSpec
-from parbench.parity import relative_difference
-from parbench.spec import build_spec, parameters
-from parbench.weights import initial_weights
+from parbench.contract.optim import AdamWReference, OptimizerSpec
+from parbench.cli.parity import relative_difference
+from parbench.contract.spec import build_spec, parameters
+from parbench.contract.weights import initial_weights
 
 spec = build_spec("vit", (1, 8, 8), 10)
 weights = initial_weights(spec, 0)
@@ -104,8 +104,8 @@ def test_torch_adamw_with_the_decay_mask_is_the_shared_rule():
 CLIP_VS_RULE = """
 import json
 import numpy as np, torch
-from parbench.optim import clip_coefficient
-from parbench.parity import relative_difference
+from parbench.contract.optim import clip_coefficient
+from parbench.cli.parity import relative_difference
 
 rng = np.random.default_rng(0)
 grads = [rng.normal(0, 1, shape).astype(np.float32) for shape in ((64, 48), (48,), (10, 64))]
@@ -133,8 +133,8 @@ ATTENTION_LAYOUT = """
 import json
 import torch
 from parbench.frameworks.torch.model import build_model
-from parbench.spec import build_spec
-from parbench.weights import initial_weights
+from parbench.contract.spec import build_spec
+from parbench.contract.weights import initial_weights
 
 torch.manual_seed(0)
 spec = build_spec("vit", (3, 16, 16), 10)

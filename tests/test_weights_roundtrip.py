@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from conftest import needs
-from parbench.parity import FRAMEWORKS, forward_inputs
-from parbench.spec import MODEL_NAMES, build_spec
-from parbench.weights import initial_weights, load_weights, save_weights
+from parbench.cli.parity import FRAMEWORKS, forward_inputs
+from parbench.contract.spec import MODEL_NAMES, build_spec
+from parbench.contract.weights import initial_weights, load_weights, save_weights
 
 # All of one framework's requests run in one process, one after another: importing TensorFlow
 # alone takes ~10 s here. forward.py's main() builds a fresh model for every request.

@@ -1,4 +1,4 @@
-"""One forward pass for the cross-framework parity check (see parbench.parity):
+"""One forward pass for the cross-framework parity check (see parbench.cli.parity):
 ``python -m parbench.frameworks.jax.forward REQUEST.json``.
 
 float32 (x64 off), on one CPU device and one compute thread, like the torch reference; the
@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+
 
 def configure() -> None:
     """One CPU device (XLA_FLAGS replaced: a --xla_force_host_platform_device_count inherited
@@ -27,8 +28,8 @@ def main(request_path: str) -> None:
     import jax
     import numpy as np
 
-    from parbench.spec import spec_from_dict
-    from parbench.weights import load_weights, save_weights
+    from parbench.contract.spec import spec_from_dict
+    from parbench.contract.weights import load_weights, save_weights
 
     from .model import apply, export_weights, split_weights
 

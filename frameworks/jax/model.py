@@ -28,9 +28,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from parbench.spec import (BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, kind_of, parameters,
-                           resnet_blocks)
-from parbench.weights import check_weights
+from parbench.contract.spec import (
+    BatchNormSpec,
+    MLPSpec,
+    ModelSpec,
+    ResNetSpec,
+    kind_of,
+    parameters,
+    resnet_blocks,
+)
+from parbench.contract.weights import check_weights
 
 Params = dict[str, jax.Array]  # trainable tensors, canonical names and layouts
 Stats = dict[str, jax.Array]  # BatchNorm running statistics ({} for a model without norm)

@@ -1,7 +1,7 @@
-"""The shared optimizers (parbench.optim) and --clip-grad-norm as pure JAX functions.
+"""The shared optimizers (parbench.contract.optim) and --clip-grad-norm as pure JAX functions.
 
 jax and numpy only (no optax dependency), so the rules are written out here, each exactly
-parbench.optim's text:
+parbench.contract.optim's text:
 
 * ``sgd``: ``g = grad + wd * p``, ``buf = momentum * buf + g`` (buf starts at 0), ``p -= lr *
   buf``, on every trainable tensor;
@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from parbench.optim import CLIP_EPS, OptimizerSpec
-from parbench.spec import ModelSpec, parameters
+from parbench.contract.optim import CLIP_EPS, OptimizerSpec
+from parbench.contract.spec import ModelSpec, parameters
 
 from .model import Params
 
@@ -68,7 +68,7 @@ def _one_minus_power(beta: float, t: jax.Array) -> jax.Array:
 
 def adamw(rule: OptimizerSpec, decays: dict[str, bool]) -> Optimizer:
     """torch's AdamW (amsgrad off); ``decays``: canonical name -> whether the decoupled weight
-    decay applies (parbench.spec ``Param.decays``)."""
+    decay applies (parbench.contract.spec ``Param.decays``)."""
     beta1, beta2, eps, weight_decay = rule.beta1, rule.beta2, rule.eps, rule.weight_decay
 
     def init(params: Params) -> OptState:
@@ -112,7 +112,7 @@ def global_norm(grads: Params) -> jax.Array:
 
 
 def clip(grads: Params, max_norm: float) -> tuple[Params, jax.Array]:
-    """--clip-grad-norm: ``grads * min(1, C / (norm + 1e-6))`` (parbench.optim's rule, torch's
+    """--clip-grad-norm: ``grads * min(1, C / (norm + 1e-6))`` (parbench.contract.optim's rule, torch's
     formula), and whether the norm exceeded C (a finite norm only: an overflowed step is not
     a clipped one). Call it on the global-batch gradient, after the devices' are combined."""
     norm = global_norm(grads)

@@ -23,9 +23,9 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.weights import load_weights
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import model, runtime, training
 from .optim import make_optimizer
@@ -46,7 +46,7 @@ class Pmap(runtime.JaxStrategy):
         self.per_device = NamedSharding(Mesh(np.array(devices), (AXIS,)), P(AXIS))
         # --- model: canonical weights, the shared optimizer rule and --clip-grad-norm; the
         # parameters, optimizer state and running statistics copied to every device
-        self.spec, self.modes = job.spec, job.run_modes
+        self.spec, self.modes = job.spec, job.modes
         self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
         self.clip = job.optimizer_spec.clip_grad_norm
         state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)

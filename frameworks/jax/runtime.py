@@ -30,13 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from parbench.data import Dataset
-from parbench.devices import physical_gpu
-from parbench.feeds import Feed
-from parbench.job import Job
-from parbench.modes import Modes, Observed
-from parbench.profiling import StepProfiler
-from parbench.registry import get_backend
+from parbench.base.devices import physical_gpu
+from parbench.contract.data import Dataset
+from parbench.run.feeds import Feed
+from parbench.run.job import Job
+from parbench.run.modes import Modes, Observed
+from parbench.run.profiling import StepProfiler
+from parbench.run.registry import get_backend
 
 from . import model
 from .training import TrainState
@@ -240,7 +240,7 @@ class JaxStrategy:
         return describe(self.devices, self.settings, self.notes)
 
     def observed(self) -> Observed:
-        """What the traced step did (see parbench.modes): the dtype it computes in and the
+        """What the traced step did (see parbench.run.modes): the dtype it computes in and the
         micro-batches it holds (seen while tracing), the XLA compilations of the step, the
         BatchNorm layers whose statistics span every replica, the steps clipping shrank."""
         clipped = None

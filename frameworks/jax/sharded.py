@@ -25,9 +25,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.weights import load_weights
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import model, runtime, training
 from .optim import make_optimizer
@@ -53,7 +53,7 @@ class Sharded(runtime.JaxStrategy):
         # --- model: canonical weights, the shared optimizer rule and --clip-grad-norm; the
         # parameters and optimizer state replicated on every device; the running statistics
         # one entry per device (split like the batch), or replicated with --sync-bn
-        self.spec, self.modes = job.spec, job.run_modes
+        self.spec, self.modes = job.spec, job.modes
         self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
         self.clip = job.optimizer_spec.clip_grad_norm
         state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)

@@ -8,9 +8,9 @@ from functools import partial
 import jax
 import numpy as np
 
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.weights import load_weights
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import model, runtime, training
 from .optim import make_optimizer
@@ -24,7 +24,7 @@ class SingleDevice(runtime.JaxStrategy):
         self.backend, (self.device,) = job.backend, runtime.local_devices(1)
         # --- model: canonical weights as (parameters, running statistics), the shared
         # optimizer rule (--optimizer, --clip-grad-norm), all on the device
-        self.spec, self.modes = job.spec, job.run_modes
+        self.spec, self.modes = job.spec, job.modes
         self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
         self.clip = job.optimizer_spec.clip_grad_norm
         state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from parbench.spec import ViTSpec
+from parbench.contract.spec import ViTSpec
 
 from .model import PRECISION, Params, conv2d, dense
 

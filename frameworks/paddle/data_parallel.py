@@ -14,9 +14,9 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from parbench.data import Dataset
-from parbench.job import Job
-from parbench.weights import load_weights
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.job import Job
 
 from . import optim, runtime
 from .input import LoaderFeed, distributed_feed
@@ -41,7 +41,7 @@ class DataParallelStrategy(runtime.PaddleStrategy):
         # rank 0's. The run modes change the bare model first: DataParallel(to_static(model))
         # works, to_static(DataParallel(model)) fails
         self.module = build_model(job.spec, load_weights(job.weights_path))
-        self.modes = job.run_modes
+        self.modes = job.modes
         self.model_modes = ModelModes(self.module, self.modes, replicas=job.world_size)
         self.model = paddle.DataParallel(self.module)
         self.optimizer = optim.make_optimizer(self.module, job.optimizer_spec, job.spec)
@@ -50,7 +50,7 @@ class DataParallelStrategy(runtime.PaddleStrategy):
                                       optim.clipper(self.module, job.optimizer_spec))
         self.notes = model_notes(job.spec) + self.model_modes.notes + ([] if self.grouped else [
             "one process: Paddle sets up no process group, DataParallel passes through"])
-        # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
+        # --- data shard: this rank's contiguous part of each global batch (see parbench.contract.batches)
         self.rank, self.num_processes = dist.get_rank(), job.world_size
 
     # --- input: --input native, DistributedBatchSampler gives this rank its block of each

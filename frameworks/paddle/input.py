@@ -8,7 +8,7 @@
   by repeating its first rows (before shuffling), shuffles with
   ``np.random.RandomState(epoch)``: the epoch number is the whole seed, the run's seed cannot
   change it, and cuts the shuffled list into global batches of replicas x batch_size rows,
-  each replica taking its contiguous block (the contract's rule, parbench.batches), not every
+  each replica taking its contiguous block (the contract's rule, parbench.contract.batches), not every
   replica-th row as torch's DistributedSampler does.
 
 Without a DistributedBatchSampler every process of spawn or launch reads the whole dataset:
@@ -25,9 +25,9 @@ import numpy as np
 import paddle
 from paddle.io import BatchSampler, DataLoader, DistributedBatchSampler
 
-from parbench.data import Dataset
-from parbench.feeds import LOADER, Batch
-from parbench.job import Job
+from parbench.contract.data import Dataset
+from parbench.run.feeds import LOADER, Batch
+from parbench.run.job import Job
 
 
 class IndexedRows(paddle.io.Dataset):
@@ -45,7 +45,7 @@ class IndexedRows(paddle.io.Dataset):
 
 
 class LoaderFeed:
-    """A parbench Feed (parbench.feeds) over a DataLoader: its tensors go to the step as they
+    """A parbench Feed (parbench.run.feeds) over a DataLoader: its tensors go to the step as they
     come, the indices as numpy. Each epoch of a DistributedBatchSampler starts with
     ``set_epoch(epoch)``: its shuffle seed is the epoch counter, which otherwise counts the
     iterators started so far."""
@@ -90,7 +90,7 @@ def _loader(rows: IndexedRows, sampler: BatchSampler, workers: int) -> DataLoade
 
 def single_feed(job: Job, data: Dataset) -> LoaderFeed:
     """paddle-single: the whole global batch per step, in RandomSampler's order."""
-    rows, workers = IndexedRows(data), job.run_modes.loader_workers
+    rows, workers = IndexedRows(data), job.modes.loader_workers
     # drop_last: a short last batch would be a step of another batch size (the comparison
     # fixes the global batch), so the tail of each epoch is not trained on
     sampler = BatchSampler(rows, shuffle=True, batch_size=job.global_batch, drop_last=True)
@@ -105,7 +105,7 @@ def single_feed(job: Job, data: Dataset) -> LoaderFeed:
 def distributed_feed(job: Job, data: Dataset, rank: int) -> LoaderFeed:
     """paddle-spawn / paddle-launch: this rank's block of each global batch, from
     DistributedBatchSampler (batch_size is per replica)."""
-    rows, workers = IndexedRows(data), job.run_modes.loader_workers
+    rows, workers = IndexedRows(data), job.modes.loader_workers
     per_replica = job.global_batch // job.world_size
     # drop_last: every step keeps the run's global batch (the padding already gives every
     # rank the same row count, so the ranks' batch counts agree with or without it)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from parbench.job import Job
-from parbench.loop import run_worker
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from .data_parallel import DataParallelStrategy
 

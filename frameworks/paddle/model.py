@@ -14,8 +14,15 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from parbench.spec import (BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, kind_of, parameters,
-                           resnet_blocks)
+from parbench.contract.spec import (
+    BatchNormSpec,
+    MLPSpec,
+    ModelSpec,
+    ResNetSpec,
+    kind_of,
+    parameters,
+    resnet_blocks,
+)
 
 from .vit import ViT
 

@@ -1,4 +1,4 @@
-"""The run modes (parbench.modes) in Paddle, shared by every Paddle strategy.
+"""The run modes (parbench.run.modes) in Paddle, shared by every Paddle strategy.
 
 * ``--precision bf16|fp16``: ``paddle.amp.auto_cast`` (O1: white-listed ops such as conv and
   matmul in the low precision, the rest float32) around forward and loss; fp16 also scales the
@@ -18,7 +18,7 @@ import paddle
 from paddle import nn
 from paddle.jit.dy2static.program_translator import ASTStaticFunction
 
-from parbench.modes import Modes, Observed
+from parbench.run.modes import Modes, Observed
 
 from .model import convert_sync_batchnorm, first_layer, has_batchnorm
 

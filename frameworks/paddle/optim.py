@@ -1,4 +1,4 @@
-"""The shared optimizers (parbench.optim) and --clip-grad-norm in Paddle.
+"""The shared optimizers (parbench.contract.optim) and --clip-grad-norm in Paddle.
 
 ``sgd`` is ``paddle.optimizer.Momentum`` with a float weight decay, ``adamw`` is
 ``paddle.optimizer.AdamW``: both are the shared rules' math; AdamW's kernel holds the betas in
@@ -16,8 +16,8 @@ from __future__ import annotations
 import paddle
 from paddle import nn
 
-from parbench.optim import CLIP_EPS, OptimizerSpec
-from parbench.spec import ModelSpec
+from parbench.contract.optim import CLIP_EPS, OptimizerSpec
+from parbench.contract.spec import ModelSpec
 
 from .model import decaying_parameters
 
@@ -71,7 +71,7 @@ def clipper(model: nn.Layer, spec: OptimizerSpec) -> GlobalNormClip | None:
 
 class GlobalNormClip:
     """Multiplies the gradients by ``min(1, C / (norm + 1e-6))``, norm over every trainable
-    gradient (the rule in parbench.optim, torch's clip_grad_norm_), and counts the steps whose
+    gradient (the rule in parbench.contract.optim, torch's clip_grad_norm_), and counts the steps whose
     norm exceeded C. All of it stays on the device: no host sync per step."""
 
     def __init__(self, parameters: list[paddle.Tensor], max_norm: float):

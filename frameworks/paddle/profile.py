@@ -24,7 +24,7 @@ import paddle.distributed as dist
 import paddle.nn.functional as F
 from paddle import profiler
 
-from parbench.profiling import TOP_OPS
+from parbench.run.profiling import TOP_OPS
 
 from .runtime import TrainStep, has_gpu
 

@@ -15,9 +15,9 @@ import paddle.distributed as dist
 import paddle.nn.functional as F
 from paddle import nn
 
-from parbench.devices import physical_gpu
-from parbench.job import Job
-from parbench.modes import Modes, Observed
+from parbench.base.devices import physical_gpu
+from parbench.run.job import Job
+from parbench.run.modes import Modes, Observed
 
 from .model import export_weights
 from .optim import GlobalNormClip

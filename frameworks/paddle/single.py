@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from parbench.data import Dataset
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import optim, runtime
 from .input import LoaderFeed, single_feed
@@ -24,7 +24,7 @@ class SingleDevice(runtime.PaddleStrategy):
         # --- model: canonical weights, the run modes (--compile: to_static), the shared
         # optimizer rule (sgd or adamw) and --clip-grad-norm
         self.module = build_model(job.spec, load_weights(job.weights_path))
-        self.modes = job.run_modes
+        self.modes = job.modes
         self.model_modes = ModelModes(self.module, self.modes, replicas=1)
         self.optimizer = optim.make_optimizer(self.module, job.optimizer_spec, job.spec)
         self.step = runtime.TrainStep(self.module, self.optimizer, self.modes,

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import paddle.distributed as dist
 
-from parbench.exits import watch_spawned
-from parbench.job import Job
-from parbench.lifetime import die_with_parent, exit_finished
-from parbench.loop import run_worker
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
+from parbench.run.process import die_with_parent, exit_finished, watch_spawned
 
 from .data_parallel import DataParallelStrategy
 

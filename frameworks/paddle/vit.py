@@ -13,7 +13,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from parbench.spec import ViTSpec
+from parbench.contract.spec import ViTSpec
 
 
 def layer_norm(spec: ViTSpec) -> nn.LayerNorm:

@@ -1,4 +1,4 @@
-"""The ``tf-config`` launcher: starts one ``python -m parbench.worker`` process per worker, each
+"""The ``tf-config`` launcher: starts one ``python -m parbench.run.worker`` process per worker, each
 with its ``TF_CONFIG``, and supervises them. It never imports TensorFlow (10 s and hundreds of
 MiB for a process that only waits).
 
@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from parbench.exits import how, write_exit
-from parbench.job import Job
-from parbench.ports import LOCALHOST, free_port
+from parbench.base.ports import LOCALHOST, free_port
+from parbench.run.job import Job
+from parbench.run.process import how, write_exit
 
 WORKER_ENV = "PARBENCH_TF_WORKER"  # the worker's index; absent in the supervising process
 POLL_S = 0.1
@@ -49,7 +49,7 @@ def _stop(processes: list[subprocess.Popen]) -> None:
 
 def supervise(processes: list[subprocess.Popen], indices: list[int], workdir: Path) -> None:
     """Return once every worker exited 0; raise at the first failure, the others killed.
-    Each worker's end is reported in ``workdir`` (see parbench.exits) as soon as it is seen."""
+    Each worker's end is reported in ``workdir`` (see parbench.launch.exits) as soon as it is seen."""
     reported: set[int] = set()
     try:
         while True:
@@ -72,11 +72,11 @@ def supervise(processes: list[subprocess.Popen], indices: list[int], workdir: Pa
 def run(job: Job) -> None:
     """Start this node's workers and wait for them; RuntimeError if one fails. On one node the
     workers listen on free loopback ports; on several, ``job.cluster`` lists every node's
-    workers (gathered by parbench's check-in, see parbench.checkin) and this node starts its
+    workers (gathered by parbench's check-in, see parbench.launch.checkin) and this node starts its
     own: global indices from ``job.first_rank`` on."""
     workers = job.cluster or [f"{LOCALHOST}:{free_port()}" for _ in range(job.world_size)]
     local = range(job.first_rank, job.first_rank + job.world_size // job.nnodes)
-    command = [sys.executable, "-m", "parbench.worker", str(job.path / "job.json")]
+    command = [sys.executable, "-m", "parbench.run.worker", str(job.path / "job.json")]
     processes = []
     try:
         for index in local:

@@ -1,4 +1,4 @@
-"""One forward pass for the cross-framework parity check (see parbench.parity)."""
+"""One forward pass for the cross-framework parity check (see parbench.cli.parity)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 
-from parbench.spec import spec_from_dict
-from parbench.weights import load_weights, save_weights
+from parbench.contract.spec import spec_from_dict
+from parbench.contract.weights import load_weights, save_weights
 
 from .model import build_model, export_weights
 from .runtime import tf

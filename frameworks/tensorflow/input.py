@@ -37,9 +37,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from parbench.data import Dataset
-from parbench.feeds import LOADER, Batch
-from parbench.job import Job
+from parbench.contract.data import Dataset
+from parbench.run.feeds import LOADER, Batch
+from parbench.run.job import Job
 
 from .runtime import tf
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from parbench.batches import eval_slice
-from parbench.data import Dataset
-from parbench.feeds import Feed
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.batches import eval_slice
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.feeds import Feed
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import runtime
 from .input import TFDataFeed
@@ -47,7 +47,7 @@ class Mirrored(runtime.TFStrategy):
         self.strategy = tf.distribute.MirroredStrategy(devices,
                                                        cross_device_ops=self.reduction)
         # --- model: canonical weights in the scope, so each replica holds a mirrored copy
-        self.spec, modes = job.spec, job.run_modes
+        self.spec, modes = job.spec, job.modes
         runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
             self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)

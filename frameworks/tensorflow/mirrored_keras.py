@@ -52,15 +52,23 @@ from typing import NoReturn
 
 import numpy as np
 
-from parbench.batches import eval_slice, shard_slice
-from parbench.data import Dataset
-from parbench.feeds import Batch, Feed, FeedLog, run_length
-from parbench.job import Job
-from parbench.loop import (Progress, RankLog, check_modes, evaluate_test_set,
-                           finish_rank_log, inject_test_fault, open_feed, run_worker)
-from parbench.modes import Observed
-from parbench.optim import lr_at
-from parbench.weights import load_weights
+from parbench.contract.batches import eval_slice, shard_slice
+from parbench.contract.data import Dataset
+from parbench.contract.optim import lr_at
+from parbench.contract.weights import load_weights
+from parbench.run.feeds import Batch, Feed, FeedLog, run_length
+from parbench.run.job import Job
+from parbench.run.loop import (
+    Progress,
+    RankLog,
+    check_modes,
+    evaluate_test_set,
+    finish_rank_log,
+    inject_test_fault,
+    open_feed,
+    run_worker,
+)
+from parbench.run.modes import Observed
 
 from . import runtime
 from .input import TFDataFeed
@@ -168,7 +176,7 @@ class MirroredKeras(runtime.TFStrategy):
         # --- model: compiled in the scope with the shared rule (clipping the replicas' summed
         # gradient, as the custom loops do) and the common schedule; fit trains the spec's
         # model wrapped in StepLossModel
-        self.spec, modes = job.spec, job.run_modes
+        self.spec, modes = job.spec, job.modes
         runtime.set_precision(modes.precision)  # before the layers are created
         rates = [lr_at(step, self.total, job.optimizer_spec) for step in range(self.total)]
         with self.strategy.scope():
@@ -230,7 +238,7 @@ class MirroredKeras(runtime.TFStrategy):
         # one backward pass per batch: fit applies the optimizer on each (no accumulation)
         return runtime.observed(self.model, self.fit_model.gradients, 1, self.optimizer)
 
-    # --- profile: refused for this backend before anything starts (parbench.registry)
+    # --- profile: refused for this backend before anything starts (parbench.run.registry)
     def profiler(self) -> NoReturn:
         raise NotImplementedError("Keras fit runs its own training loop: no --profile")
 
@@ -266,8 +274,8 @@ class StepLog(keras.callbacks.Callback):
             check_modes(self.job, self.strategy)
         self.progress.update(batch + 1)
         if epoch_end or batch == self.total - 1:
-            self.log.evals.append(evaluate_test_set(self.strategy, self.strategy.data, batch,
-                                                    self.train_s))
+            self.log.evals.append(evaluate_test_set(self.strategy, self.strategy.data,
+                                                    self.job.task, batch, self.train_s))
 
     def finish(self) -> RankLog:
         self.progress.update(self.total, force=True)

@@ -21,9 +21,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from parbench.contract.spec import (
+    BatchNormSpec,
+    MLPSpec,
+    ModelSpec,
+    ResNetSpec,
+    Role,
+    kind_of,
+    parameters,
+    resnet_blocks,
+)
+
 from .runtime import SUM, keras, tf
-from parbench.spec import BatchNormSpec, MLPSpec, ModelSpec, ResNetSpec, Role, kind_of, \
-    parameters, resnet_blocks
 
 
 class TorchBatchNorm(keras.layers.Layer):

@@ -19,12 +19,12 @@ from functools import partial
 
 import numpy as np
 
-from parbench.batches import eval_slice
-from parbench.data import Dataset
-from parbench.feeds import Feed
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.batches import eval_slice
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.feeds import Feed
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import cluster
 
@@ -52,7 +52,7 @@ class MultiWorker(TFStrategy):
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=self.communication))
         # --- model: every worker loads the same canonical weights (TF also broadcasts task 0's)
-        self.spec, modes = job.spec, job.run_modes
+        self.spec, modes = job.spec, job.modes
         runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
             self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)

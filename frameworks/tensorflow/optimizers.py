@@ -1,4 +1,4 @@
-"""The optimizers every TensorFlow strategy applies: parbench.optim's rules (SGD, AdamW) as
+"""The optimizers every TensorFlow strategy applies: parbench.contract.optim's rules (SGD, AdamW) as
 Keras optimizers, with --clip-grad-norm taken on the global-batch gradient.
 
 Keras' built-in SGD and AdamW each differ from the shared rules (see the classes), and its
@@ -8,8 +8,8 @@ summed (see GlobalNormClip), so all three are done here.
 
 from __future__ import annotations
 
-from parbench.optim import CLIP_EPS, OptimizerSpec
-from parbench.spec import ModelSpec, parameters
+from parbench.contract.optim import CLIP_EPS, OptimizerSpec
+from parbench.contract.spec import ModelSpec, parameters
 
 from .runtime import keras, tf
 
@@ -62,7 +62,7 @@ class GlobalNormClip(keras.optimizers.Optimizer):
 
 
 class SharedSGD(GlobalNormClip):
-    """parbench.optim's rule (torch SGD): ``buf = m * buf + (g + wd * p); p -= lr * buf``.
+    """parbench.contract.optim's rule (torch SGD): ``buf = m * buf + (g + wd * p); p -= lr * buf``.
     Keras' SGD keeps ``v = m * v - lr * g`` instead, which differs once lr changes, and its
     weight decay is decoupled. Under a strategy, Keras' optimizer base sums the replicas'
     gradients and applies this update on every replica's copy."""
@@ -87,7 +87,7 @@ class SharedSGD(GlobalNormClip):
 
 
 class SharedAdamW(GlobalNormClip):
-    """parbench.optim's adamw rule (torch AdamW): eps added to the bias-corrected root,
+    """parbench.contract.optim's adamw rule (torch AdamW): eps added to the bias-corrected root,
     ``p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)``. Keras' AdamW computes
     ``p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)``: eps on the uncorrected
     root, an effective eps of ``eps * sqrt(1 - b2^t)``. The decoupled decay

@@ -25,9 +25,9 @@ import keras
 import numpy as np
 from tensorflow.python.profiler.internal import _pywrap_profiler_plugin
 
-from parbench.batches import shard_slice
-from parbench.lifetime import private_tempdir
-from parbench.profiling import TOP_OPS
+from parbench.base.files import private_tempdir
+from parbench.contract.batches import shard_slice
+from parbench.run.profiling import TOP_OPS
 
 from .runtime import SUM, distribute, per_example_loss, synchronize, tf
 

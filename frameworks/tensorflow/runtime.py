@@ -20,13 +20,13 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from parbench.batches import shard_slice  # noqa: E402
-from parbench.devices import physical_gpu  # noqa: E402
-from parbench.job import Job  # noqa: E402
-from parbench.modes import Modes, Observed  # noqa: E402
+from parbench.base.devices import physical_gpu  # noqa: E402
+from parbench.contract.batches import shard_slice  # noqa: E402
+from parbench.run.job import Job  # noqa: E402
+from parbench.run.modes import Modes, Observed  # noqa: E402
 
 if TYPE_CHECKING:
-    from parbench.spec import ModelSpec
+    from parbench.contract.spec import ModelSpec
 
     from .profile import StepProfiler
 
@@ -199,7 +199,7 @@ def replica_rows(strategy: tf.distribute.Strategy, rows):
 
 def observed(model: keras.Model, gradients: GradientFunction, micro_batches: int,
              optimizer: keras.optimizers.Optimizer) -> Observed:
-    """What the traced training step really did (see parbench.modes)."""
+    """What the traced training step really did (see parbench.run.modes)."""
     synchronized = [bn for bn in model.batchnorms() if bn.reduced_over is not None]
     return Observed(compute_dtype=model.first_output_dtype or "not traced",
                     compiled_graphs=gradients.compiled_graphs,

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from parbench.batches import eval_slice
-from parbench.data import Dataset
-from parbench.feeds import Feed
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.batches import eval_slice
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.feeds import Feed
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import runtime
 from .input import TFDataFeed
@@ -26,7 +26,7 @@ class SingleDevice(runtime.TFStrategy):
         self.threads = runtime.setup_threads(job)
         self.strategy = tf.distribute.OneDeviceStrategy(runtime.configure_devices(0, 1)[0])
         # --- model: canonical weights, the shared optimizer rule (--optimizer, --clip-grad-norm)
-        self.spec, modes = job.spec, job.run_modes
+        self.spec, modes = job.spec, job.modes
         runtime.set_precision(modes.precision)  # before the layers are created
         with self.strategy.scope():
             self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from parbench.spec import ViTSpec
+from parbench.contract.spec import ViTSpec
 
 from .model import RecordingModel
 from .runtime import keras, tf

@@ -20,13 +20,12 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from parbench.data import Dataset
-from parbench.exits import watch_spawned
-from parbench.feeds import Feed
-from parbench.job import Job
-from parbench.lifetime import die_with_parent, exit_finished
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.feeds import Feed
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
+from parbench.run.process import die_with_parent, exit_finished, watch_spawned
 
 from . import runtime
 from .input import distributed_feed
@@ -55,7 +54,7 @@ class DistributedDataParallelStrategy(runtime.TorchStrategy):
         # --compile compiles DDP(module): it traces only because our models are nn.Module
         # subclasses (a bare nn.Sequential under DDP runs eagerly)
         weights = load_weights(job.weights_path)
-        self.modes = job.run_modes
+        self.modes = job.modes
         self.module = build_model(job.spec, weights).to(self.device)
         if self.modes.sync_bn:  # keeps momentum, eps, weights and statistics; same names
             self.module = nn.SyncBatchNorm.convert_sync_batchnorm(self.module)
@@ -65,7 +64,7 @@ class DistributedDataParallelStrategy(runtime.TorchStrategy):
         self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
                                  self.modes, no_sync=ddp.no_sync,
                                  clip=job.optimizer_spec.clip_grad_norm)
-        # --- data shard: this rank's contiguous part of each global batch (see parbench.batches)
+        # --- data shard: this rank's contiguous part of each global batch (see parbench.contract.batches)
         self.rank, self.num_processes = rank, job.world_size
 
     # --- input: --input native: a DataLoader per process over the per-device batch; its

@@ -6,7 +6,7 @@ where the loss and the optimizer run: device 0 holds more memory than the others
 Without CUDA, DataParallel silently runs the module on the CPU as is; the harness refuses
 ``--devices`` > 1 there, and the record notes the no-op. ``--precision`` enters autocast inside
 the replicated forward too (runtime.AutocastForward); ``--compile`` and ``--sync-bn`` are
-refused (see parbench.registry, torch-dp's refusals).
+refused (see parbench.run.registry, torch-dp's refusals).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from parbench.data import Dataset
-from parbench.feeds import Feed
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.feeds import Feed
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import runtime
 from .input import random_feed
@@ -48,7 +48,7 @@ class DataParallelStrategy(runtime.TorchStrategy):
         # forward, because the replicas run in threads that do not inherit it
         weights = load_weights(job.weights_path)
         self.module = build_model(job.spec, weights).to(self.devices[0])
-        self.modes = job.run_modes
+        self.modes = job.modes
         ids = [d.index for d in self.devices] if self.devices[0].type == "cuda" else None
         self.model = nn.DataParallel(
             runtime.AutocastForward(self.module, self.devices[0], self.modes.precision),

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler
 
-from parbench.data import Dataset as Arrays
-from parbench.feeds import LOADER, Batch
-from parbench.job import Job
+from parbench.contract.data import Dataset as Arrays
+from parbench.run.feeds import LOADER, Batch
+from parbench.run.job import Job
 
 
 class IndexedRows(Dataset):
@@ -127,7 +127,7 @@ def random_feed(job: Job, data: Arrays, device: torch.device, devices: int) -> L
     """torch-single and torch-dp: the one process loads each global batch."""
     rows = IndexedRows(data, job.data_path)
     sampler = RandomSampler(rows, generator=torch.Generator().manual_seed(job.seed))
-    workers = job.run_modes.loader_workers
+    workers = job.modes.loader_workers
     loader = data_loader(rows, sampler, job.global_batch, workers, device, job.seed)
     description = (f"torch DataLoader(sampler=RandomSampler(generator=torch.Generator()"
                    f".manual_seed({job.seed})), {loader_settings(loader)}): each epoch's "
@@ -140,7 +140,7 @@ def distributed_feed(job: Job, data: Arrays, device: torch.device, rank: int) ->
     rows = IndexedRows(data, job.data_path)
     sampler = DistributedSampler(rows, num_replicas=job.world_size, rank=rank, shuffle=True,
                                  seed=job.seed, drop_last=False)  # the default: pads, see above
-    workers = job.run_modes.loader_workers
+    workers = job.modes.loader_workers
     loader = data_loader(rows, sampler, job.global_batch // job.world_size, workers, device,
                          job.seed)
     description = (f"torch DataLoader(sampler=DistributedSampler(num_replicas={job.world_size}, "

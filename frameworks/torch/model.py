@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from parbench.spec import MLPSpec, ModelSpec, ResNetSpec, kind_of, resnet_blocks
+from parbench.contract.spec import MLPSpec, ModelSpec, ResNetSpec, kind_of, resnet_blocks
 
 from .vit import ViT
 

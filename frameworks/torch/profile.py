@@ -20,7 +20,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity
 
-from parbench.profiling import TOP_OPS
+from parbench.run.profiling import TOP_OPS
 
 from .runtime import Rows, Step, as_tensor
 

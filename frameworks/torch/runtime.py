@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parbench.devices import physical_gpu
-from parbench.job import Job
-from parbench.modes import Modes, Observed
-from parbench.optim import OptimizerSpec
-from parbench.spec import ModelSpec, parameters
+from parbench.base.devices import physical_gpu
+from parbench.contract.optim import OptimizerSpec
+from parbench.contract.spec import ModelSpec, parameters
+from parbench.run.job import Job
+from parbench.run.modes import Modes, Observed
 
 from .model import export_weights, first_layer
 
@@ -32,13 +32,13 @@ def setup_threads(job: Job) -> None:
 
 
 def sgd(model: nn.Module, spec: OptimizerSpec) -> torch.optim.SGD:
-    """torch's SGD is the shared update rule exactly (see parbench.optim)."""
+    """torch's SGD is the shared update rule exactly (see parbench.contract.optim)."""
     return torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum,
                            weight_decay=spec.weight_decay)
 
 
 def adamw(model: nn.Module, spec: OptimizerSpec, model_spec: ModelSpec) -> torch.optim.AdamW:
-    """torch's AdamW is the shared rule (parbench.optim is written from it); the decay mask is
+    """torch's AdamW is the shared rule (parbench.contract.optim is written from it); the decay mask is
     two param groups, split by ``Param.decays`` of each tensor's canonical name (the module's
     parameter names are the canonical names)."""
     decays = {name: param.decays for name, param in parameters(model_spec).items()}

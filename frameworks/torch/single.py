@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from parbench.data import Dataset
-from parbench.feeds import Feed
-from parbench.job import Job
-from parbench.loop import run_worker
-from parbench.weights import load_weights
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.feeds import Feed
+from parbench.run.job import Job
+from parbench.run.loop import run_worker
 
 from . import runtime
 from .input import random_feed
@@ -27,7 +27,7 @@ class SingleDevice(runtime.TorchStrategy):
         # --compile compiles the module
         weights = load_weights(job.weights_path)
         self.module = build_model(job.spec, weights).to(self.device)
-        self.modes = job.run_modes
+        self.modes = job.modes
         self.model = torch.compile(self.module) if self.modes.compile else self.module
         self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
         self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parbench.spec import ViTSpec
+from parbench.contract.spec import ViTSpec
 
 
 def layer_norm(spec: ViTSpec) -> nn.LayerNorm:

@@ -1,1 +1,0 @@
-"""Framework-free core of parbench: spec, data, weights, harness, records, report, CLI."""

@@ -1,0 +1,196 @@
+"""``parbench compare``: every chosen backend at every device count, each run in its own
+process tree, in round-robin order (optionally after discarded warm-up runs), then the report.
+Each finished run's record is written at once, so an interrupted sweep keeps them, and
+``--resume`` skips configurations that already have an ok record."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from parbench.base.devices import cpu_count
+from parbench.base.errors import UsageError
+from parbench.base.files import private_tempdir
+from parbench.launch.config import RunConfig, resolve
+from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
+from parbench.results.records import BUSY_LOAD_PER_CORE, machine_busy, record_name, save_record
+from parbench.run.registry import BACKENDS, Backend
+
+
+@dataclass(frozen=True)
+class Skipped:
+    backend: str
+    devices: int
+    reason: str
+
+
+def choose_backends(names: list[str], framework: str | None) -> list[Backend]:
+    """The named backends (each must be installed), or every installed one."""
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown:
+        raise UsageError(f"unknown backend(s) {', '.join(unknown)}; see 'parbench list'")
+    chosen = [BACKENDS[n] for n in names] or [
+        b for b in BACKENDS.values() if b.missing_reason() is None
+        and (framework is None or b.framework == framework)]
+    missing = [f"{b.name} ({b.missing_reason()})" for b in chosen if b.missing_reason()]
+    if missing:
+        raise UsageError(f"not installed here: {'; '.join(missing)}")
+    if not chosen:
+        raise UsageError("no backend is installed here; see 'parbench list'")
+    return chosen
+
+
+def parse_device_counts(text: str) -> list[int]:
+    try:
+        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"--devices wants a comma-separated list like 1,2; got {text!r}")
+    if not counts or counts[0] < 1:
+        raise UsageError(f"--devices wants counts of at least 1; got {text!r}")
+    return counts
+
+
+def sweep_configs(base: RunConfig, backends: list[Backend],
+                  counts: list[int]) -> tuple[list[RunConfig], list[Skipped]]:
+    """Configurations to run, and those this machine or backend cannot run (with why)."""
+    runnable, skipped = [], []
+    for backend in backends:
+        for devices in counts:
+            cfg = replace(base, backend=backend.name, devices=devices)
+            if devices > 1 and not backend.parallel:
+                continue  # a single-device backend has nothing to show at N devices
+            try:
+                resolve(cfg)
+            except UsageError as err:
+                skipped.append(Skipped(backend.name, devices, str(err)))
+                continue
+            runnable.append(cfg)
+    return runnable, skipped
+
+
+def busy_warning(load_1m: float, cores: int) -> str | None:
+    """The line ``compare`` prints before starting on a machine that is already busy, else
+    None: a job beside a sweep slows its runs (one moved a torch step from 39 to 396 ms), and
+    a figure measured that way looks just like a quiet one."""
+    if not machine_busy(load_1m, cores):
+        return None
+    return (f"parbench: warning: the machine is busy (1-minute load {load_1m:.1f} on {cores} "
+            f"cores, above {BUSY_LOAD_PER_CORE:g} x cores); speed figures may be noisy")
+
+
+def warn_if_busy() -> None:
+    """Print ``busy_warning`` for this machine now, on stderr."""
+    warning = busy_warning(os.getloadavg()[0], cpu_count())
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+
+
+def _kept(out: Path, prepared: Prepared, repeat: int) -> Path | None:
+    """The ok record of exactly this configuration and repeat, when one exists."""
+    plan = prepared.plan
+    variant = run_variant(plan)
+    path = out / record_name(prepared.cfg.backend, plan.launcher, plan.world_size,
+                             prepared.spec_sha256, variant, repeat)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    same = (record.get("status") == "ok" and record.get("spec_sha256") == prepared.spec_sha256
+            and record.get("variant") == variant and record.get("launcher") == plan.launcher)
+    return path if same else None
+
+
+@dataclass
+class SweepResult:
+    statuses: list[str] = field(default_factory=list)  # one per run, kept ones included
+    unsaved: list[str] = field(default_factory=list)  # records that missed --out, and where
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One place in a sweep's order: a warm-up run or a repeat of one configuration."""
+
+    config: int  # index into the sweep's configurations
+    index: int  # 0-based warm-up or repeat number
+    warmup: bool
+
+
+def schedule(repeats: list[int], warmup_runs: int, all_kept: set[int]) -> list[Slot]:
+    """Round-robin: warm-up 1 of every configuration, warm-up 2, ..., then repeat 0 of every
+    configuration, repeat 1, ... so that slow drift of the machine's speed (another job
+    starting, caches filling, heat) spreads over every configuration instead of landing on the
+    last ones. Configurations in ``all_kept`` (--resume: every repeat has an ok record) run
+    nothing, so they get no warm-up either."""
+    warm = [Slot(c, k, True) for k in range(warmup_runs)
+            for c in range(len(repeats)) if c not in all_kept]
+    return warm + [Slot(c, r, False) for r in range(max(repeats, default=0))
+                   for c, count in enumerate(repeats) if r < count]
+
+
+def _prepare_all(configs: list[RunConfig], stack: ExitStack) -> list[Prepared]:
+    """Every configuration's inputs, on disk until ``stack`` closes: round-robin needs them
+    all at once. Configurations that differ only in what a sweep varies (backend, device
+    count) train on the same data and weights, so they share one folder and one dataset in
+    memory: a sweep holds one copy of cifar10 (0.7 GB as float32), not one per configuration."""
+    firsts: dict[tuple, Prepared] = {}
+    prepared = []
+    for cfg in configs:
+        key = (cfg.dataset, cfg.data_dir, cfg.model, cfg.seed)  # all that prepare() writes
+        if key not in firsts:
+            firsts[key] = prepare(cfg, Path(stack.enter_context(
+                private_tempdir("parbench-inputs-"))))
+        first = firsts[key]
+        plan = resolve(cfg, len(first.dataset.y_train))
+        prepared.append(replace(first, cfg=cfg, plan=plan, spec_sha256=spec_hash(
+            first.spec, first.dataset, plan, cfg)))
+    return prepared
+
+
+def run_sweep(configs: list[RunConfig], out: Path, resume: bool,
+              warmup_runs: int) -> SweepResult:
+    """Run every configuration's warm-ups, then its repeats, in round-robin order (see
+    ``schedule``), writing each record as soon as it exists. Warm-up runs are not written."""
+    start, result = time.monotonic(), SweepResult()
+    with ExitStack() as stack:
+        prepared = _prepare_all(configs, stack)
+        kept = {(c, r) for c, p in enumerate(prepared) for r in range(p.cfg.repeats)
+                if resume and _kept(out, p, r)}
+        all_kept = {c for c, p in enumerate(prepared)
+                    if all((c, r) in kept for r in range(p.cfg.repeats))}
+        slots = schedule([p.cfg.repeats for p in prepared], warmup_runs, all_kept)
+        for done, slot in enumerate(slots, 1):
+            p = prepared[slot.config]
+            count = warmup_runs if slot.warmup else p.cfg.repeats
+            label = (f"[{done}/{len(slots)}] {p.cfg.backend} x{p.plan.world_size} "
+                     f"{'warm-up' if slot.warmup else 'repeat'} {slot.index + 1}/{count}")
+            if not slot.warmup and (slot.config, slot.index) in kept:
+                _say(f"{label}: kept (an ok record exists)", start)
+                result.statuses.append("ok")
+                continue
+            _say(f"{label}: running", start)
+            status, problem = _run_slot(p, slot, out, result)
+            _say(f"{label}: {status}{' (discarded)' if slot.warmup else ''}, "
+                 f"{len(slots) - done} left" + (f"; {problem}" if problem else ""), start)
+    return result
+
+
+def _run_slot(prepared: Prepared, slot: Slot, out: Path,
+              result: SweepResult) -> tuple[str, str | None]:
+    """Run one slot: a repeat's record is written and counted in ``result``, a warm-up's is
+    dropped (it only warms file-system and compile caches). (status, problem writing it)."""
+    record = run_once(prepared, slot.index)
+    if slot.warmup:
+        return record["status"], None
+    _, problem = save_record(out, record)
+    result.statuses.append(record["status"])
+    result.unsaved += [problem] if problem else []
+    return record["status"], problem
+
+
+def _say(message: str, start: float) -> None:
+    print(f"{message} ({time.monotonic() - start:.0f} s elapsed)", file=sys.stderr, flush=True)

@@ -1,0 +1,211 @@
+"""The ``parbench`` command: list, run, check, report."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from tabulate import tabulate
+
+from parbench.base.errors import UsageError
+from parbench.base.files import private_tempdir, remove_stale_tempdirs
+from parbench.launch.lifetime import Terminated, become_subreaper, handle_termination
+from parbench.results.html_report import write_report
+from parbench.results.records import check_folder, probe_folder
+from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
+
+from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs, warn_if_busy
+from .run_command import add_node_options, add_run_options, cmd_run, config_from_args
+from .slurm import add_slurm_parser
+
+EXIT_USAGE = 2
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if cfg.nnodes != 1:  # a config file may say so: compare sweeps this machine only
+        raise UsageError("compare sweeps this machine; a multi-node run is one 'parbench run' "
+                         "per node (docs/multinode.md)")
+    if cfg.profile:  # compare's records feed the performance tables, which profiles never do
+        raise UsageError("--profile is for 'parbench run': profiled runs are never compared")
+    backends = choose_backends(args.backends, args.framework)
+    configs, skipped = sweep_configs(cfg, backends, parse_device_counts(args.device_counts))
+    for skip in skipped:
+        print(f"skipped {skip.backend} x{skip.devices}: {skip.reason}", file=sys.stderr)
+    if not configs:
+        raise UsageError("nothing to run: every configuration was skipped")
+    if args.warmup_runs < 0:
+        raise UsageError(f"--warmup-runs wants 0 or more; got {args.warmup_runs}")
+    out, report_dir = Path(cfg.out), Path(args.report_dir)
+    probe_folder(out, "--out")
+    probe_folder(report_dir, "--report-dir")
+    html = _has_matplotlib()
+    if not html:
+        print("parbench: matplotlib is not installed, so the report will be Markdown only "
+              "(HTML and plots need pip install 'parbench[report]')", file=sys.stderr)
+    warn_if_busy()
+    sweep = run_sweep(configs, out, args.resume, args.warmup_runs)
+    records = _valid_records(out, strict=False)
+    if html:
+        write_report(records, "html", report_dir / "report.html")
+    print(write_report(records, "md", report_dir / "report.md"), end="")
+    print(f"{len(sweep.statuses)} run(s), records in {out}; report in {report_dir}",
+          file=sys.stderr)
+    for problem in sweep.unsaved:
+        print(f"parbench: error: {problem}", file=sys.stderr)
+    return 0 if all(s == "ok" for s in sweep.statuses) and not sweep.unsaved else 1
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401  (the HTML report's plots)
+    except ImportError:
+        return False
+    return True
+
+
+def _valid_records(folder: Path, strict: bool) -> list[dict]:
+    """The valid records under ``folder``; each invalid file is named on stderr and skipped,
+    or, when ``strict`` or when no record is valid, the whole folder is refused."""
+    found = check_folder(folder)
+    if found.files == 0:
+        raise UsageError(f"no records (*.json) under {folder}")
+    if found.invalid and (strict or not found.records):
+        first = " ".join(found.problems[0].split())  # the error is one line
+        raise UsageError(f"{len(found.invalid)} invalid file(s) of the {found.files} under "
+                         f"{folder}, first: {first}; see 'parbench check {folder}'")
+    for file, problems in found.invalid.items():
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        print(f"skipped {file}: {' '.join(problems[0].split())}{more}", file=sys.stderr)
+    return found.records
+
+
+def cmd_parity(args: argparse.Namespace) -> int:
+    from .parity import installed_frameworks, run_compile_parity, run_parity
+
+    frameworks = args.framework or installed_frameworks()
+    if REFERENCE not in installed_frameworks():
+        raise UsageError(f"parity compares against {REFERENCE}, which is not installed here")
+    unknown = [b for b in args.strategies if b not in BACKENDS]
+    if unknown:
+        raise UsageError(f"unknown backend(s) {', '.join(unknown)}; see 'parbench list'")
+    with private_tempdir("parbench-parity-") as folder:
+        check = run_compile_parity if args.compile else run_parity
+        checks = check(frameworks, args.strategies, Path(folder), family=args.model)
+    rows = [[c.framework, c.check, f"{c.max_rel_diff:.2e}", f"{c.tolerance:.0e}",
+             "ok" if c.ok else "OUT OF TOLERANCE"] for c in checks]
+    print(tabulate(rows, headers=("compared", "check", "max rel diff", "tolerance", "result"),
+                   tablefmt="github"))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    for backend in BACKENDS.values():
+        reason = backend.missing_reason()
+        state = "available" if reason is None else f"unavailable: {reason}"
+        print(f"{backend.name:<20} {backend.strategy:<30} launchers "
+              f"{'/'.join(backend.launchers):<16} {state}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if not Path(args.dir).is_dir():
+        raise UsageError(f"no such folder: {args.dir}")
+    found = check_folder(Path(args.dir))
+    for problem in found.problems:
+        print(problem)
+    if found.files == 0:
+        print(f"no records (*.json) under {args.dir}")
+        return 1
+    print(f"{found.files} record(s) checked, {len(found.problems)} problem(s)")
+    return 1 if found.problems else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if not Path(args.dir).is_dir():
+        raise UsageError(f"no such folder: {args.dir}")
+    records = _valid_records(Path(args.dir), args.strict)
+    output = Path(args.output) if args.output else None
+    text = write_report(records, args.format, output, Path(args.plots) if args.plots else None)
+    if output is None:
+        print(text, end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="backends and whether they can run here").set_defaults(
+        func=cmd_list)
+    run = sub.add_parser("run", help="train one backend and write records")
+    run.add_argument("backend", help="see 'parbench list'")
+    run.add_argument("--devices", type=int,
+                     help="devices (processes or replicas); default 2 if parallel")
+    add_run_options(run)
+    add_node_options(run)
+    run.set_defaults(func=cmd_run)
+    compare = sub.add_parser("compare", help="run many backends x device counts, then report")
+    compare.add_argument("backends", nargs="*", help="default: every installed backend")
+    compare.add_argument("--devices", dest="device_counts", default="1,2",
+                         help="comma-separated device counts (1,2)")
+    compare.add_argument("--framework", choices=tuple(FRAMEWORKS),
+                         help="only this framework's installed backends")
+    compare.add_argument("--resume", action="store_true",
+                         help="skip runs whose configuration already has an ok record")
+    compare.add_argument("--report-dir", default="results/report",
+                         help="where report.md, report.html and plots go (results/report)")
+    # A sweep option, not a RunConfig field: it changes when runs happen, not what one measures.
+    compare.add_argument("--warmup-runs", type=int, default=0, metavar="K",
+                         help="K discarded runs of each configuration first, to warm file-system "
+                         "and compile caches (0)")
+    add_run_options(compare)
+    compare.set_defaults(func=cmd_compare)
+    parity = sub.add_parser("parity", help=f"cross-framework checks against {REFERENCE}")
+    parity.add_argument("--framework", action="append",
+                        choices=tuple(FRAMEWORKS),
+                        help="check only this framework (repeatable); default: all installed")
+    parity.add_argument("--strategies", nargs="*", default=[], metavar="BACKEND",
+                        help="also check these parallel backends on 2 devices vs single")
+    parity.add_argument("--model", choices=("resnet", "vit"), default="resnet",
+                        help="the model family: resnet (default: the CNN models, SGD) or vit "
+                        "(the transformer, AdamW with gradient clipping)")
+    parity.add_argument("--compile", action="store_true",
+                        help="instead: each single backend (and --strategies on 2 devices) "
+                        "compiled against eager, 10 steps")
+    parity.set_defaults(func=cmd_parity)
+    check = sub.add_parser("check", help="validate every record in a folder")
+    check.add_argument("dir")
+    check.set_defaults(func=cmd_check)
+    report = sub.add_parser("report", help="comparison tables, environment and plots of the "
+                            "records in a folder")
+    report.add_argument("dir")
+    report.add_argument("--format", choices=("md", "csv", "html"), default="md")
+    report.add_argument("--output", help="write the report here instead of to stdout (html: "
+                        "its plots as PNG files next to it)")
+    report.add_argument("--plots", metavar="DIR", help="also write every plot as a PNG file here")
+    report.add_argument("--strict", action="store_true",
+                        help="refuse a folder with any invalid file instead of skipping it")
+    report.set_defaults(func=cmd_report)
+    add_slurm_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    become_subreaper()  # a worker whose launcher died stays ours to find and end
+    handle_termination()  # SIGTERM and SIGHUP clean up like Ctrl-C
+    remove_stale_tempdirs()
+    try:
+        return args.func(args)
+    except UsageError as err:
+        print(f"parbench: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt as stop:
+        signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
+        print(f"parbench: {signal.Signals(signum).name}: stopped; every process of the run "
+              "was ended, and records already written are kept", file=sys.stderr)
+        return 128 + signum
+

@@ -1,0 +1,195 @@
+"""``parbench run``: its options (shared with compare and slurm), and the run itself: node 0
+(or a single-node run) records every repeat, the other nodes of a multi-node run train and
+print their part."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+from tabulate import tabulate
+
+from parbench.base.errors import UsageError
+from parbench.base.files import private_tempdir, write_atomic
+from parbench.contract.optim import OPTIMIZERS
+from parbench.launch.checkin import NodeFailure
+from parbench.launch.config import ISOLATION_CHOICES, RunConfig, read_config_file
+from parbench.launch.harness import Prepared, execute, prepare, run_once
+from parbench.launch.slurm import DEFAULT_MASTER_PORT, slurm_node
+from parbench.results.records import probe_file, probe_folder, save_record
+from parbench.results.report import render
+from parbench.run.modes import MODES
+from parbench.run.profiling import DOCUMENT_KEY
+from parbench.run.registry import BACKENDS, spanning_backends
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Options that map 1:1 onto RunConfig fields; None means 'not given here'."""
+    add = parser.add_argument
+    add("--config", help="TOML or JSON file with RunConfig keys; options given here win")
+    add("--launcher", help="; ".join(f"{b.name}: {' (default) or '.join(b.launchers)}"
+                                     for b in BACKENDS.values() if len(b.launchers) > 1))
+    add("--dataset", help="synthetic (default), digits, cifar10, mnist")
+    add("--data-dir", help="folder with the dataset's official files (cifar10, mnist)")
+    add("--model", help="resnet (default), resnet-nonorm, mlp, vit (see parbench.contract.spec)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--epochs", type=int, help="training epochs (default 2)")
+    budget.add_argument("--steps", type=int, help="training steps instead of epochs")
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument("--global-batch", type=int, help="samples per step, all devices (128)")
+    batch.add_argument("--per-device-batch", type=int, help="samples per step per device")
+    add("--optimizer", choices=OPTIMIZERS,
+        help="sgd (default: momentum, L2 decay on every tensor) or adamw (decoupled decay on "
+        "matrices and embeddings only); the rules are in parbench.contract.optim")
+    add("--lr", type=float, help="base learning rate (sgd 0.1, adamw 0.001)")
+    add("--lr-scaling", help="none (default) or linear: lr x global_batch / 128")
+    add("--momentum", type=float, help="sgd (0.9)")
+    add("--weight-decay", type=float, help="sgd 5e-4, adamw 0.05")
+    add("--beta1", type=float, help="adamw (0.9)")
+    add("--beta2", type=float, help="adamw (0.999)")
+    add("--eps", type=float, help="adamw (1e-8), added to the bias-corrected root")
+    add("--clip-grad-norm", type=float, metavar="C",
+        help="scale the global-batch gradient to norm C when its norm exceeds C (after the "
+        "devices' gradients are combined); the record counts the steps that clipped")
+    add("--schedule", help="cosine (default) or constant")
+    add("--warmup-steps", type=int)
+    add("--seed", type=int)
+    add("--repeats", type=int, help="independent runs of the configuration (1)")
+    add("--threads", type=int, help="compute threads per worker (cores / processes)")
+    add("--timeout", type=float, help="seconds before a run is killed and recorded (900)")
+    add("--target-accuracy", type=float, help="report the training time to reach it")
+    add("--out", help="folder for the records (results/runs)")
+    add("--verbose", action="store_true", default=None, help="let framework logs through")
+    add("--isolate-network", choices=ISOLATION_CHOICES,
+        help="run the processes in a private network namespace with only loopback up, so no "
+        "rendezvous port is reachable from outside: auto (default: when the OS allows it), "
+        "on (refuse to run otherwise), off")
+    add("--save-weights", metavar="FILE.npz",
+        help="also write the final weights (canonical layout) of the last repeat here")
+    add("--profile", action="store_true", default=None,
+        help="split up to 10 steady steps into forward/backward/optimizer/communication per "
+        "rank and list the framework profiler's top operations, in <record>.profile.json; the "
+        "record is marked and kept out of the performance tables")
+    add("--train-subset", type=int, metavar="N",
+        help="train on the first N training samples (an uneven size shows how each loader "
+        "handles a tail)")
+    modes = parser.add_argument_group("run modes", "how a backend computes and what makes N "
+                                      "devices train like one (parbench.run.modes)")
+    for mode in MODES.values():
+        mode.add_option(modes)
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    values = read_config_file(args.config) if args.config else {}
+    keys = [f.name for f in fields(RunConfig) if f.name != "modes"] + list(MODES)
+    given = {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
+    return RunConfig.of(**{**values, **given})
+
+
+def add_node_options(parser: argparse.ArgumentParser) -> None:
+    """Multi-node options of 'parbench run' (see parbench.launch.nodes and docs/multinode.md)."""
+    nodes = parser.add_argument_group(
+        "multi-node", "one 'parbench run' per node, same options, its own --node-rank; "
+        f"--devices is per node; backends: {spanning_backends()}")
+    add = nodes.add_argument
+    add("--nnodes", type=int, help="machines in the run (1)")
+    add("--node-rank", type=int, help="this machine's index, 0 to nnodes-1; node 0 writes "
+        "the record")
+    add("--master", metavar="HOST:PORT", help="node 0's address: PORT is the framework's "
+        "rendezvous, PORT+1 parbench's check-in")
+    add("--ifname", help="network interface of the collectives (GLOO_/NCCL_SOCKET_IFNAME; "
+        "default lo when the master is a loopback address)")
+    add("--join-timeout", type=float, help="seconds the nodes wait for each other (300)")
+    add("--from-slurm", action="store_true", help="take --nnodes, --node-rank and the master "
+        "host from srun's environment (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST)")
+    add("--master-port", type=int, help=f"--from-slurm: the master's PORT "
+        f"({DEFAULT_MASTER_PORT})")
+
+
+def _apply_slurm(args: argparse.Namespace) -> None:
+    """--from-slurm: fill the multi-node options from Slurm's environment."""
+    if not args.from_slurm:
+        if args.master_port is not None:
+            raise UsageError("--master-port goes with --from-slurm; otherwise give "
+                             "--master HOST:PORT")
+        return
+    given = [f"--{name.replace('_', '-')}" for name in ("nnodes", "node_rank", "master")
+             if getattr(args, name) is not None]
+    if given:
+        raise UsageError(f"--from-slurm sets {', '.join(given)} itself; leave them out")
+    node = slurm_node(os.environ)
+    port = DEFAULT_MASTER_PORT if args.master_port is None else args.master_port
+    args.nnodes, args.node_rank = node.nnodes, node.node_rank
+    args.master = f"{node.master_host}:{port}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    _apply_slurm(args)
+    cfg = config_from_args(args)
+    save_to = Path(args.save_weights) if args.save_weights else None
+    with private_tempdir("parbench-inputs-") as shared:
+        prepared = prepare(cfg, Path(shared))
+        if prepared.plan.nodes and prepared.plan.nodes.node_rank:
+            return _run_node_parts(prepared)
+        probe_folder(Path(cfg.out), "--out")
+        if save_to is not None:
+            probe_file(save_to, "--save-weights")
+        records, unsaved = _run_repeats(prepared, save_to)
+    print(render(records))
+    for problem in unsaved:
+        print(f"parbench: error: {problem}", file=sys.stderr)
+    return 0 if all(r["status"] == "ok" for r in records) and not unsaved else 1
+
+
+def _run_repeats(prepared: Prepared, save_to: Path | None) -> tuple[list[dict], list[str]]:
+    """Every repeat's record, saved; (records, what could not be saved where asked)."""
+    cfg, records, unsaved = prepared.cfg, [], []
+    for repeat in range(cfg.repeats):
+        last = repeat == cfg.repeats - 1
+        record = run_once(prepared, repeat, save_to if last else None)
+        profile = record.pop(DOCUMENT_KEY, None)  # a file of its own, next to the record
+        path, problem = save_record(Path(cfg.out), record)
+        print(f"{record['status']}: {path}", file=sys.stderr)
+        if profile is not None:
+            unsaved += _save_profile(path.with_name(record["profile"]["file"]), profile)
+        records.append(record)
+        unsaved += [problem] if problem else []
+    return records, unsaved
+
+
+def _run_node_parts(prepared: Prepared) -> int:
+    """A node other than 0: train its part of each repeat, print it; node 0 keeps the record.
+    Exits with the whole run's status, as node 0 decided it."""
+    node = prepared.plan.nodes.node_rank
+    statuses = []
+    for repeat in range(prepared.cfg.repeats):
+        with private_tempdir("parbench-run-") as tmp:
+            try:
+                run = execute(prepared, Path(tmp), repeat)
+            except NodeFailure as err:
+                print(f"parbench: error: {err}", file=sys.stderr)
+                return 1
+        rows = [[log.rank, log.host, len(log.step_s), f"{1000 * float(np.median(log.step_s)):.1f}",
+                 f"{log.losses[-1]:.4f}"] for log in run.logs or []]
+        if rows:
+            print(tabulate(rows, headers=("rank", "host", "steps", "step ms p50", "last loss"),
+                           tablefmt="github"))
+        print(f"node {node}, repeat {repeat}: {run.status} (node 0 writes the record)"
+              + (f"\n{run.error}" if run.error else ""), file=sys.stderr)
+        statuses.append(run.status)
+    return 0 if all(status == "ok" for status in statuses) else 1
+
+
+def _save_profile(target: Path, profile: dict) -> list[str]:
+    """Write a profile document next to its record; [] or the problem, like a record's."""
+    try:
+        write_atomic(target, json.dumps(profile, indent=1).encode())
+    except OSError as err:
+        return [f"could not write the profile {target} ({err.strerror or err})"]
+    print(f"profile: {target}", file=sys.stderr)
+    return []

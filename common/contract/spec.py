@@ -1,0 +1,304 @@
+"""Model specifications as data: every framework builds its model from these, nothing else.
+
+Conventions every builder must follow (and the parity tests check):
+
+* Images are NCHW float32 in the shared data; a builder that wants NHWC transposes itself.
+* Convolutions are 3x3 with padding 1 on *every* side, or 1x1 with padding 0. TF's
+  ``padding="same"`` pads stride-2 convolutions asymmetrically, so it is not this spec.
+* A convolution has a bias exactly when no BatchNorm follows it.
+* Residual block: ``relu(norm2(conv2(relu(norm1(conv1(x))))) + shortcut(x))``; the shortcut is
+  a 1x1 convolution (+ norm) when the stride or the channel count changes, else identity.
+* Head: global average pool over H and W, then a dense layer with bias.
+* BatchNorm uses the torch convention: ``running = (1 - momentum) * running + momentum * batch``
+  (Keras and Paddle call ``1 - momentum`` their momentum), normalises with the biased batch
+  variance and updates ``running_var`` with the unbiased one.
+
+Vision transformer (``ViTSpec``), pre-norm:
+
+* Patch embedding: a convolution with kernel = stride = ``patch``, no padding, with bias; its
+  output (width, H/p, W/p) becomes H/p x W/p tokens in row-major order (token ``i * W/p + j``
+  is patch row i, column j). The class token is prepended (token 0), then the learned position
+  embedding (1 + tokens rows) is added.
+* Block: ``x = x + proj(attention(norm1(x)))``, ``x = x + fc2(gelu(fc1(norm2(x))))``; GELU is
+  the exact one (``0.5 x (1 + erf(x / sqrt 2))``, not the tanh approximation); dropout 0.
+* Attention layout: one fused projection ``qkv`` with a [3 * width, width] kernel (canonical
+  [out, in]) whose output rows are q, then k, then v, each ``heads`` consecutive blocks of
+  ``width / heads`` rows (head h of q is rows [h*d, (h+1)*d)); per head
+  ``softmax(q k^T / sqrt(d)) v``; the heads' outputs concatenated in head order feed ``proj``.
+  This is torch's ``nn.MultiheadAttention`` ``in_proj_weight`` layout.
+* LayerNorm over the width, biased variance, ``eps = norm_eps`` (1e-6: no framework's default,
+  so each must set it); the final LayerNorm's class-token row feeds the dense head.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True)
+class BatchNormSpec:
+    momentum: float = 0.1
+    eps: float = 1e-5
+
+
+@dataclass(frozen=True)
+class ResNetSpec:
+    input_shape: tuple[int, int, int]  # (channels, height, width)
+    num_classes: int
+    stem_channels: int = 8
+    stage_channels: tuple[int, ...] = (8, 16, 32)
+    stage_strides: tuple[int, ...] = (1, 2, 2)
+    norm: BatchNormSpec | None = field(default_factory=BatchNormSpec)
+    kind: str = "resnet"
+
+
+@dataclass(frozen=True)
+class MLPSpec:
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    hidden: tuple[int, ...] = (128, 64)
+    kind: str = "mlp"
+
+
+@dataclass(frozen=True)
+class ViTSpec:
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    patch: int = 4  # divides 32 (synthetic, CIFAR-10), 28 (MNIST) and 8 (digits)
+    width: int = 64
+    depth: int = 2
+    heads: int = 4
+    mlp_width: int = 128
+    norm_eps: float = 1e-6
+    kind: str = "vit"
+
+    @property
+    def tokens(self) -> int:
+        """Patches plus the class token."""
+        _, height, width = self.input_shape
+        return (height // self.patch) * (width // self.patch) + 1
+
+    def check(self) -> None:
+        _, height, width = self.input_shape
+        if height % self.patch or width % self.patch:
+            raise ValueError(f"vit: patch {self.patch} does not divide the {height}x{width} "
+                             "images")
+        if self.width % self.heads:
+            raise ValueError(f"vit: {self.heads} heads do not divide the width {self.width}")
+
+
+ModelSpec = ResNetSpec | MLPSpec | ViTSpec
+
+# Named models: the --model choices, each a spec for a dataset's input shape and classes.
+MODELS: dict[str, Callable[[tuple[int, int, int], int], ModelSpec]] = {
+    "resnet": lambda shape, classes: ResNetSpec(shape, classes),
+    "resnet-nonorm": lambda shape, classes: ResNetSpec(shape, classes, norm=None),
+    "mlp": lambda shape, classes: MLPSpec(shape, classes),
+    "vit": lambda shape, classes: ViTSpec(shape, classes),
+}
+MODEL_NAMES = tuple(MODELS)
+
+
+def uses_batchnorm(model: str) -> bool:
+    """Whether a named model has BatchNorm layers (what --sync-bn synchronizes), known before
+    any data is loaded: its layers do not depend on the images' size, so any size tells."""
+    return getattr(MODELS[model]((1, 8, 8), 2), "norm", None) is not None
+
+
+def build_spec(model: str, input_shape: tuple[int, int, int], num_classes: int) -> ModelSpec:
+    """The spec of a named model for a dataset's input shape and class count."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)}")
+    spec = MODELS[model](input_shape, num_classes)
+    if isinstance(spec, ViTSpec):
+        spec.check()
+    return spec
+
+
+class Role(str, Enum):
+    """What a tensor is to the optimizer and the initialiser (see ROLE_RULES)."""
+
+    CONV_WEIGHT = "conv"
+    CONV_BIAS = "conv_bias"
+    DENSE_WEIGHT = "dense"
+    DENSE_BIAS = "dense_bias"
+    NORM_SCALE = "norm_scale"  # BatchNorm gamma, LayerNorm weight
+    NORM_SHIFT = "norm_shift"  # BatchNorm beta, LayerNorm bias
+    NORM_MEAN = "norm_mean"  # BatchNorm running statistics: state, not trained
+    NORM_VAR = "norm_var"
+    POSITION_EMBEDDING = "position_embedding"
+    CLASS_TOKEN = "class_token"
+
+
+@dataclass(frozen=True)
+class RoleRule:
+    init: str  # he_normal | fan_in_uniform | normal_002 | ones | zeros (see parbench.contract.weights)
+    decay: bool  # AdamW's weight decay applies (matrices and embeddings; never norms, biases)
+    trainable: bool = True
+
+
+ROLE_RULES: dict[Role, RoleRule] = {
+    Role.CONV_WEIGHT: RoleRule("he_normal", decay=True),
+    Role.CONV_BIAS: RoleRule("zeros", decay=False),
+    Role.DENSE_WEIGHT: RoleRule("fan_in_uniform", decay=True),
+    Role.DENSE_BIAS: RoleRule("fan_in_uniform", decay=False),
+    Role.NORM_SCALE: RoleRule("ones", decay=False),
+    Role.NORM_SHIFT: RoleRule("zeros", decay=False),
+    Role.NORM_MEAN: RoleRule("zeros", decay=False, trainable=False),
+    Role.NORM_VAR: RoleRule("ones", decay=False, trainable=False),
+    Role.POSITION_EMBEDDING: RoleRule("normal_002", decay=True),
+    Role.CLASS_TOKEN: RoleRule("normal_002", decay=True),
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tensor of the canonical weights: conv kernels OIHW, dense kernels [out, in]."""
+
+    shape: tuple[int, ...]
+    role: Role
+
+    @property
+    def trainable(self) -> bool:
+        return ROLE_RULES[self.role].trainable
+
+    @property
+    def decays(self) -> bool:
+        return ROLE_RULES[self.role].decay
+
+
+def _conv(params: dict, prefix: str, c_in: int, c_out: int, k: int, norm: bool) -> None:
+    params[f"{prefix}.conv.weight"] = Param((c_out, c_in, k, k), Role.CONV_WEIGHT)
+    if norm:
+        for suffix, role in (("weight", Role.NORM_SCALE), ("bias", Role.NORM_SHIFT),
+                             ("running_mean", Role.NORM_MEAN), ("running_var", Role.NORM_VAR)):
+            params[f"{prefix}.bn.{suffix}"] = Param((c_out,), role)
+    else:
+        params[f"{prefix}.conv.bias"] = Param((c_out,), Role.CONV_BIAS)
+
+
+def _dense(params: dict, prefix: str, n_in: int, n_out: int) -> None:
+    params[f"{prefix}.weight"] = Param((n_out, n_in), Role.DENSE_WEIGHT)
+    params[f"{prefix}.bias"] = Param((n_out,), Role.DENSE_BIAS)
+
+
+def _layer_norm(params: dict, prefix: str, width: int) -> None:
+    params[f"{prefix}.weight"] = Param((width,), Role.NORM_SCALE)
+    params[f"{prefix}.bias"] = Param((width,), Role.NORM_SHIFT)
+
+
+def resnet_blocks(spec: ResNetSpec) -> list[tuple[str, int, int, int, bool]]:
+    """(name, c_in, c_out, stride, has_projection) of every residual block, in order."""
+    blocks, c_in = [], spec.stem_channels
+    for i, (c_out, stride) in enumerate(zip(spec.stage_channels, spec.stage_strides)):
+        blocks.append((f"blocks.{i}", c_in, c_out, stride, stride != 1 or c_in != c_out))
+        c_in = c_out
+    return blocks
+
+
+def _mlp_parameters(spec: MLPSpec) -> dict[str, Param]:
+    params: dict[str, Param] = {}
+    n_in = spec.input_shape[0] * spec.input_shape[1] * spec.input_shape[2]
+    for i, width in enumerate(spec.hidden):
+        _dense(params, f"hidden.{i}", n_in, width)
+        n_in = width
+    _dense(params, "head", n_in, spec.num_classes)
+    return params
+
+
+def _resnet_parameters(spec: ResNetSpec) -> dict[str, Param]:
+    params: dict[str, Param] = {}
+    norm = spec.norm is not None
+    _conv(params, "stem", spec.input_shape[0], spec.stem_channels, 3, norm)
+    for name, c_in, c_out, _stride, projection in resnet_blocks(spec):
+        _conv(params, f"{name}.conv1", c_in, c_out, 3, norm)
+        _conv(params, f"{name}.conv2", c_out, c_out, 3, norm)
+        if projection:
+            _conv(params, f"{name}.shortcut", c_in, c_out, 1, norm)
+    _dense(params, "head", spec.stage_channels[-1], spec.num_classes)
+    return params
+
+
+def _vit_parameters(spec: ViTSpec) -> dict[str, Param]:
+    width = spec.width
+    params = {"patch.weight": Param((width, spec.input_shape[0], spec.patch, spec.patch),
+                                    Role.CONV_WEIGHT),
+              "patch.bias": Param((width,), Role.CONV_BIAS),
+              "class_token": Param((1, 1, width), Role.CLASS_TOKEN),
+              "position_embedding": Param((1, spec.tokens, width), Role.POSITION_EMBEDDING)}
+    for i in range(spec.depth):
+        _layer_norm(params, f"blocks.{i}.norm1", width)
+        _dense(params, f"blocks.{i}.attn.qkv", width, 3 * width)
+        _dense(params, f"blocks.{i}.attn.proj", width, width)
+        _layer_norm(params, f"blocks.{i}.norm2", width)
+        _dense(params, f"blocks.{i}.mlp.fc1", width, spec.mlp_width)
+        _dense(params, f"blocks.{i}.mlp.fc2", spec.mlp_width, width)
+    _layer_norm(params, "norm", width)
+    _dense(params, "head", width, spec.num_classes)
+    return params
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """A model family: its spec class, its tensors, and how a job file's JSON restores it."""
+
+    spec: type
+    parameters: Callable[[ModelSpec], dict[str, Param]]
+    tuples: tuple[str, ...]  # fields JSON turns into lists
+
+
+KINDS: dict[str, ModelKind] = {
+    "resnet": ModelKind(ResNetSpec, _resnet_parameters, ("stage_channels", "stage_strides")),
+    "mlp": ModelKind(MLPSpec, _mlp_parameters, ("hidden",)),
+    "vit": ModelKind(ViTSpec, _vit_parameters, ()),
+}
+
+
+def kind_of(spec_or_kind: ModelSpec | str) -> ModelKind:
+    """The registry entry of a spec (or a kind name); an unknown kind is an error."""
+    kind = spec_or_kind if isinstance(spec_or_kind, str) else spec_or_kind.kind
+    if kind not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; known: {', '.join(KINDS)}")
+    return KINDS[kind]
+
+
+def parameters(spec: ModelSpec) -> dict[str, Param]:
+    """Every tensor of the model, by canonical name, in the order they are initialised."""
+    return kind_of(spec).parameters(spec)
+
+
+def parameter_count(spec: ModelSpec) -> int:
+    """Trainable scalars (BatchNorm running statistics excluded)."""
+    total = 0
+    for param in parameters(spec).values():
+        if param.trainable:
+            count = 1
+            for dim in param.shape:
+                count *= dim
+            total += count
+    return total
+
+
+def spec_dict(spec: ModelSpec) -> dict:
+    return asdict(spec)
+
+
+def spec_from_dict(data: dict) -> ModelSpec:
+    """Inverse of spec_dict (job files carry the spec as JSON)."""
+    data = dict(data)
+    kind = kind_of(data["kind"])
+    data["input_shape"] = tuple(data["input_shape"])
+    for name in kind.tuples:
+        data[name] = tuple(data[name])
+    if data.get("norm") is not None:
+        data["norm"] = BatchNormSpec(**data["norm"])
+    return kind.spec(**data)
+
+
+def sha256_of(obj) -> str:
+    """Stable hash of JSON-able data (sorted keys)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()

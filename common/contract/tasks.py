@@ -1,0 +1,150 @@
+"""Tasks: what is learnt, as every framework and the report must agree on it.
+
+A task owns what differs between kinds of learning problem, so the rest of parbench does not
+assume one: which datasets and models belong to it, what a model reads and what the labels are
+(the input description), the loss every framework writes once for it, how an evaluation is
+scored and how its counts are summed across ranks (each rank scores its part of the test set,
+the counts are all-reduced, then the scores are computed from the sums, so N ranks score
+exactly what one would), what a step's throughput counts, and which metrics the report shows.
+
+Image classification is the one task today; a language model is the next (its windows of
+tokens would count tokens per second and score perplexity).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from .data import DATASET_NAMES
+from .spec import MODEL_NAMES
+
+
+@dataclass(frozen=True)
+class Task(ABC):
+    """One kind of learning problem, for a dataset of ``classes`` output classes (the label
+    values, or a language model's vocabulary)."""
+
+    classes: int
+    name: ClassVar[str]  # the record's task
+    datasets: ClassVar[tuple[str, ...]]  # --dataset choices that are this task's
+    models: ClassVar[tuple[str, ...]]  # --model choices that are this task's
+    inputs: ClassVar[str]  # what a model reads, and its dtype
+    labels: ClassVar[str]  # what a row's label is, and its dtype
+    loss: ClassVar[str]  # the training loss, as every framework must compute it
+    unit: ClassVar[str]  # what throughput counts ("samples"/s)
+    # the report's quality columns: column -> the key of the record's metrics; and how the
+    # task's own columns are made, for the report's notes
+    quality_columns: ClassVar[dict[str, str]]
+    quality_note: ClassVar[str]
+    # the final evaluation's figures the record keeps besides accuracy and loss, and those
+    # each evaluation of the curve keeps
+    final_fields: ClassVar[tuple[str, ...]]
+    curve_fields: ClassVar[tuple[str, ...]]
+
+    def items(self, rows: int) -> int:
+        """What ``rows`` training rows count in throughput's unit (one sample each here)."""
+        return rows
+
+    @property
+    def count_size(self) -> int:
+        """The length of the vector of evaluation counts that ranks sum."""
+        return len(self.eval_counts(np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0))
+
+    @abstractmethod
+    def eval_counts(self, labels: np.ndarray, outputs: np.ndarray,
+                    loss_sum: float) -> np.ndarray:
+        """The evaluation counts of some test rows, from their labels, the model's outputs
+        (what a strategy's ``evaluate`` returns for them) and their summed loss: counts of
+        several chunks and ranks add up."""
+
+    @abstractmethod
+    def eval_scores(self, totals: np.ndarray) -> dict:
+        """The evaluation's figures from the counts summed over every chunk and rank:
+        ``accuracy``, ``loss`` (the mean over rows), ``count`` (rows scored) and the task's
+        own."""
+
+
+@dataclass(frozen=True)
+class ImageClassification(Task):
+    """Images to one of ``classes`` classes. Inputs: NCHW float32 images (parbench.contract.data
+    standardises them); labels: int64 class indices; a model's output: one logit per class; the
+    loss: softmax cross-entropy, the mean over the rows; evaluation: the predicted class of
+    each row (the arg max), scored by a confusion matrix (rows: true classes, columns:
+    predicted ones) summed across ranks, so accuracy and the macro scores come from the same
+    counts."""
+
+    name: ClassVar[str] = "image-classification"
+    datasets: ClassVar[tuple[str, ...]] = DATASET_NAMES
+    models: ClassVar[tuple[str, ...]] = MODEL_NAMES
+    inputs: ClassVar[str] = "images, NCHW float32"
+    labels: ClassVar[str] = "class indices, int64"
+    loss: ClassVar[str] = "softmax cross-entropy of the logits against the class, mean over rows"
+    unit: ClassVar[str] = "samples"
+    quality_columns: ClassVar[dict[str, str]] = {
+        "accuracy": "final_accuracy", "Precision macro": "precision_macro",
+        "Recall macro": "recall_macro", "F1 macro": "f1_macro", "loss": "final_loss"}
+    quality_note: ClassVar[str] = (
+        "Precision, Recall and F1 macro: unweighted means over classes of the final "
+        "evaluation's per-class scores, from the confusion matrix summed across ranks (a class "
+        "never predicted scores precision 0).")
+    final_fields: ClassVar[tuple[str, ...]] = ("precision_macro", "recall_macro", "f1_macro",
+                                               "confusion_matrix")
+    curve_fields: ClassVar[tuple[str, ...]] = ("precision_macro", "recall_macro", "f1_macro")
+
+    def eval_counts(self, labels: np.ndarray, outputs: np.ndarray,
+                    loss_sum: float) -> np.ndarray:
+        """The confusion matrix of these rows (``outputs``: each row's predicted class),
+        flattened, then the loss sum."""
+        return np.append(confusion_matrix(labels, outputs, self.classes).ravel(), loss_sum)
+
+    def eval_scores(self, totals: np.ndarray) -> dict:
+        confusion = np.rint(totals[:-1]).astype(np.int64).reshape(self.classes, self.classes)
+        count = int(confusion.sum())
+        return {"accuracy": float(np.trace(confusion)) / count, "loss": float(totals[-1]) / count,
+                "count": count, **macro_scores(confusion),
+                "confusion_matrix": confusion.tolist()}
+
+
+TASKS: dict[str, type[Task]] = {task.name: task for task in (ImageClassification,)}
+
+
+def task_of_model(model: str) -> type[Task]:
+    """The task a named model belongs to; an unknown model is an error."""
+    for task in TASKS.values():
+        if model in task.models:
+            return task
+    raise ValueError(f"unknown model {model!r}; known: "
+                     f"{', '.join(m for task in TASKS.values() for m in task.models)}")
+
+
+def task_of_dataset(dataset: str) -> type[Task]:
+    """The task a dataset is for; an unknown dataset is an error."""
+    for task in TASKS.values():
+        if dataset in task.datasets:
+            return task
+    raise ValueError(f"unknown dataset {dataset!r}")
+
+
+def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, classes: int) -> np.ndarray:
+    """counts[true, predicted] over the given rows."""
+    flat = np.asarray(labels, np.int64) * classes + np.asarray(predicted, np.int64)
+    return np.bincount(flat, minlength=classes * classes).reshape(classes, classes)
+
+
+def macro_scores(confusion: np.ndarray) -> dict[str, float]:
+    """Macro-averaged precision, recall and F1: the unweighted mean over classes. A class never
+    predicted has precision 0, one never present recall 0, and F1 0 where both are 0 (the
+    zero_division=0 convention of scikit-learn)."""
+    confusion = np.asarray(confusion, np.float64)
+    hits = np.diag(confusion)
+    predicted, present = confusion.sum(axis=0), confusion.sum(axis=1)
+    precision = np.divide(hits, predicted, out=np.zeros_like(hits), where=predicted > 0)
+    recall = np.divide(hits, present, out=np.zeros_like(hits), where=present > 0)
+    both = precision + recall
+    f1 = np.divide(2 * precision * recall, both, out=np.zeros_like(hits), where=both > 0)
+    return {"precision_macro": float(precision.mean()), "recall_macro": float(recall.mean()),
+            "f1_macro": float(f1.mean())}

@@ -1,0 +1,260 @@
+"""Runs one configuration: prepares the shared inputs once, launches each repeat as its own
+process tree under the backend's launcher, supervises it (timeout, crash, progress) and turns
+what the workers wrote into a record."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from parbench.base.errors import UsageError
+from parbench.base.files import private_tempdir
+from parbench.base.ports import free_port
+from parbench.contract.batches import steps_per_epoch
+from parbench.contract.data import Dataset, DatasetError, load_dataset
+from parbench.contract.spec import ModelSpec, build_spec, sha256_of, spec_dict
+from parbench.contract.tasks import Task, task_of_model
+from parbench.contract.weights import initial_weights, save_weights
+from parbench.results.metrics import aggregate, warmup_steps
+from parbench.results.records import SCHEMA_VERSION, name_of
+from parbench.results.samples import input_metrics
+from parbench.run.job import Job
+from parbench.run.loop import RankLog
+from parbench.run.profiling import attach, window
+from parbench.run.registry import LAUNCHERS
+
+from .checkin import CheckIn, NodeFailure, check_in
+from .config import Plan, RunConfig, optimizer_settings, resolve
+from .envinfo import machine_env
+from .exits import first_failure_time
+from .load import LoadSample, load_env
+from .nodes import comparable
+from .nodewatch import Link
+from .supervise import allocator_env, failure, supervise
+
+
+@dataclass
+class Prepared:
+    """A checked configuration with its inputs on disk, shared by all its repeats."""
+
+    cfg: RunConfig
+    plan: Plan
+    dataset: Dataset
+    task: Task
+    spec: ModelSpec
+    spec_sha256: str
+    shared: Path  # holds data/ and weights.npz
+
+
+def spec_hash(spec: ModelSpec, dataset: Dataset, plan: Plan, cfg: RunConfig) -> str:
+    """What makes two runs comparable: model, data, and the training configuration the user
+    fixed -- not the backend, device count or threads, which are what a comparison varies.
+    With --per-device-batch the user fixed the batch per device (weak scaling), so that, the
+    epochs and the lr rule are hashed instead of the global batch, steps and scaled lr."""
+    optimizer = plan.optimizer.as_dict()
+    if plan.batch_mode == "per-device":
+        optimizer["lr"] = optimizer_settings(cfg)["lr"]
+        training = {"per_device_batch": plan.per_device_batch, "epochs": cfg.epochs,
+                    "steps": cfg.steps, "lr_scaling": cfg.lr_scaling}
+    else:
+        training = {"global_batch": plan.global_batch, "steps": plan.total_steps}
+    return sha256_of({"model": spec_dict(spec), "data": dataset.fingerprint(),
+                      "training": {**training, "batch_mode": plan.batch_mode,
+                                   "optimizer": optimizer, "seed": cfg.seed}})
+
+
+def run_variant(plan: Plan) -> dict:
+    """What a comparison varies besides the spec, the backend, its launcher and the device
+    count (which the record name spells out): part of the record name through a hash, so two
+    runs that differ in any of them never share a file and --resume never takes one for the
+    other. A new run option that changes speed or results belongs here. ``profile`` is there
+    only when True and ``modes`` only when one differs from its default, so a plain run keeps
+    the name (and --resume match) it had before either existed."""
+    changed = plan.modes.changed()
+    return {"threads": plan.threads, "nnodes": plan.nnodes,
+            **({"profile": True} if plan.profile else {}),
+            **({"modes": changed} if changed else {})}
+
+
+def prepare(cfg: RunConfig, shared: Path) -> Prepared:
+    """Check ``cfg`` (UsageError on bad input) and write data and weights into ``shared``."""
+    resolve(cfg)  # cheap checks first: no dataset is loaded for a bad backend name
+    try:
+        dataset = load_dataset(cfg.dataset, Path(cfg.data_dir) if cfg.data_dir else None)
+    except DatasetError as err:
+        raise UsageError(str(err)) from None
+    if cfg.train_subset is not None:
+        dataset = _train_subset(dataset, cfg.train_subset)
+    plan = resolve(cfg, len(dataset.y_train))
+    try:  # e.g. a vit patch that does not divide the dataset's images
+        spec = build_spec(cfg.model, dataset.input_shape, dataset.num_classes)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    (shared / "data").mkdir(parents=True, exist_ok=True)
+    dataset.save(shared / "data")
+    save_weights(shared / "weights.npz", initial_weights(spec, cfg.seed))
+    task = task_of_model(cfg.model)(dataset.num_classes)
+    return Prepared(cfg, plan, dataset, task, spec, spec_hash(spec, dataset, plan, cfg), shared)
+
+
+def _train_subset(dataset: Dataset, rows: int) -> Dataset:
+    """The first ``rows`` training samples (the test set unchanged)."""
+    if rows > len(dataset.y_train):
+        raise UsageError(f"--train-subset {rows} exceeds the {len(dataset.y_train)} training "
+                         f"samples of {dataset.name}")
+    return replace(dataset, x_train=dataset.x_train[:rows], y_train=dataset.y_train[:rows])
+
+
+def _rank_logs(workdir: Path, ranks: range) -> list[RankLog] | None:
+    paths = [workdir / f"rank{r}.json" for r in ranks]
+    if not all(p.is_file() for p in paths):
+        return None
+    return [RankLog(**json.loads(p.read_text())) for p in paths]
+
+
+def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None,
+         checked_in: CheckIn | None) -> Job:
+    plan, cfg = prepared.plan, prepared.cfg
+    return Job(backend=cfg.backend, launcher=plan.launcher, world_size=plan.world_size,
+               threads=plan.threads, model=spec_dict(prepared.spec), dataset=cfg.dataset,
+               num_classes=prepared.dataset.num_classes, task_name=prepared.task.name,
+               global_batch=plan.global_batch,
+               total_steps=plan.total_steps, optimizer=asdict(plan.optimizer), seed=cfg.seed,
+               workdir=str(workdir), shared=str(prepared.shared),
+               save_weights=save_weights_to is not None, verbose=cfg.verbose,
+               profile_steps=_profile_steps(prepared), modes=plan.modes,
+               epochs=plan.epochs, nnodes=plan.nnodes,
+               node_rank=plan.nodes.node_rank if plan.nodes else 0,
+               cluster=checked_in.workers()
+               if checked_in and LAUNCHERS[plan.launcher].worker_ports else None)
+
+
+def _profile_steps(prepared: Prepared) -> list[int] | None:
+    """--profile's window: the record's own warm-up rule decides where steady steps begin."""
+    plan = prepared.plan
+    if not plan.profile:
+        return None
+    per_epoch = steps_per_epoch(len(prepared.dataset.y_train), plan.global_batch)
+    return window(plan.total_steps, warmup_steps(plan.total_steps), per_epoch)
+
+
+@dataclass
+class Execution:
+    """How this node's part of a run went, before it becomes a record."""
+
+    status: str  # ok | failed | timeout: the whole run's, on several nodes
+    error: str | None
+    logs: list[RankLog] | None  # the rank files this node reads: every rank's on node 0
+    launch: float  # time.time() at the start
+    duration: float
+    load: dict  # load_env() over the run
+    workdir: Path
+
+
+def execute(prepared: Prepared, workdir: Path, repeat: int,
+            save_weights_to: Path | None = None) -> Execution:
+    """Run this node's part of one repeat in its own process tree. A multi-node run checks in
+    with the other nodes first (NodeFailure on a member that cannot reach node 0; on node 0 a
+    node that never came is a failed run) and decides its status with them at the end."""
+    plan = prepared.plan
+    before, launch = LoadSample.now(), time.time()
+    try:
+        link, checked_in = _check_in(prepared, repeat)
+    except NodeFailure as err:
+        if plan.nodes.node_rank:
+            raise
+        return Execution("failed", str(err), None, launch, time.time() - launch,
+                         load_env(before, LoadSample.now()), workdir)
+    job_path = _job(prepared, workdir, save_weights_to, checked_in).save()
+    launcher = LAUNCHERS[plan.launcher]
+    status, code = supervise(launcher.command(job_path, plan.devices_per_node, plan.nodes),
+                             plan, prepared.cfg, workdir, link)
+    load = load_env(before, LoadSample.now())  # every process of the run is reaped now
+    duration = time.time() - launch
+    logs = _rank_logs(workdir, _ranks_here(plan)) if status == "ok" else None
+    error = None if logs else failure(status, code, plan, prepared.cfg, workdir, link)
+    status = "ok" if logs else ("timeout" if status == "timeout" else "failed")
+    if link:
+        status, error = link.finish(status, error, first_failure_time(workdir))
+    return Execution(status, error, logs if status == "ok" else None, launch, duration, load,
+                     workdir)
+
+
+def _ranks_here(plan: Plan) -> range:
+    """The rank files this node reads: on node 0 every rank's (gathered), else its own."""
+    if plan.nodes is None or plan.nodes.node_rank == 0:
+        return range(1 if plan.backend.one_process else plan.world_size)
+    return plan.nodes.ranks(plan.devices_per_node)
+
+
+def _check_in(prepared: Prepared, repeat: int) -> tuple[Link | None, CheckIn | None]:
+    plan = prepared.plan
+    if plan.nodes is None:
+        return None, None
+    derived = {"world_size": plan.world_size, "threads_resolved": plan.threads,
+               "spec_sha256": prepared.spec_sha256, "repeat": repeat}
+    ports = [free_port() for _ in range(plan.devices_per_node)] \
+        if LAUNCHERS[plan.launcher].worker_ports else []
+    return check_in(plan.nodes, comparable(prepared.cfg.as_dict(), derived), ports)
+
+
+def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = None) -> dict:
+    """One repeat (on a multi-node run: node 0's part, recording every node's); always returns
+    a record, ok or not."""
+    plan = prepared.plan
+    with private_tempdir("parbench-run-") as tmp:
+        run = execute(prepared, Path(tmp), repeat, save_weights_to)
+        fed = None
+        if run.logs:
+            fed = input_metrics(run.workdir, run.logs, plan.modes.input, prepared.cfg.seed,
+                                plan.global_batch, len(prepared.dataset.y_train))
+            if save_weights_to is not None:
+                shutil.copyfile(run.workdir / "final_weights.npz", save_weights_to)
+    record = _record(prepared, repeat, run)
+    if fed is not None:
+        record["metrics"]["input"] = fed
+    if run.logs and plan.profile:  # the ranks' figures become the profile document and summary
+        attach(record, name_of(record), [(log.rank, log.profile) for log in run.logs])
+    return record
+
+
+def _record(prepared: Prepared, repeat: int, run: Execution) -> dict:
+    cfg, plan, logs = prepared.cfg, prepared.plan, run.logs
+    described = logs[0].describe if logs else {}
+    framework_env = {"framework": plan.backend.framework,
+                     "framework_version": described.get("framework_version"),
+                     "device_names": [name for log in logs or []
+                                      for name in log.describe.get("device_names", [])],
+                     # the machine's GPU behind each device of each rank (empty on CPU)
+                     "gpus": [gpu for log in logs or [] for gpu in log.describe.get("gpus", [])],
+                     "cuda_version": described.get("cuda_version"),
+                     "nccl_version": described.get("nccl_version")}
+    extra = {k: v for k, v in described.items() if k not in framework_env and k != "notes"}
+    metrics = aggregate(logs, prepared.task, plan.global_batch, run.launch,
+                        cfg.target_accuracy) \
+        if logs else None
+    return {
+        "schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "backend": cfg.backend, "framework": plan.backend.framework,
+        "strategy": plan.backend.strategy, "launcher": plan.launcher,
+        "world_size": plan.world_size, "nnodes": plan.nnodes, "node_rank": 0,
+        "hosts": [log.host for log in logs or []], "status": run.status, "error": run.error,
+        "seed": cfg.seed,
+        "repeat": repeat, "global_batch": plan.global_batch,
+        "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
+        "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling,
+        "steps": len(logs[0].step_s) if logs else plan.total_steps,
+        "optimizer": plan.optimizer.as_dict(), "dataset": cfg.dataset,
+        "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": cfg.as_dict(),
+        "variant": run_variant(plan), "modes": plan.modes.as_dict(), "metrics": metrics,
+        "env": {**machine_env(plan.threads), **framework_env, **extra,
+                "network_isolated": plan.isolate_network, "allocator": allocator_env(),
+                **run.load},
+        "duration_s": run.duration, "notes": described.get("notes", []),
+    }

@@ -1,0 +1,82 @@
+"""A run's metrics from its ranks' logs: the record's ``metrics`` (step times of the slowest
+rank, throughput, the evaluations, what the modes did, memory, per node)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parbench.contract.tasks import Task
+from parbench.run.loop import RankLog
+
+
+def _percentiles(step_s: np.ndarray) -> dict:
+    p10, median, p90 = np.percentile(step_s * 1000, [10, 50, 90])
+    return {"median": float(median), "p10": float(p10), "p90": float(p90)}
+
+
+def warmup_steps(total: int) -> int:
+    """Steps left out of steady-state timing: the first (tracing/compile) and a few more."""
+    return min(max(1, total // 10), 5) if total > 1 else 0
+
+
+def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: float,
+              target_accuracy: float | None) -> dict:
+    """Metrics of a run from its per-process logs; the slowest process defines each step, and
+    throughput counts the task's unit (samples of a global batch)."""
+    step_s = np.max([log.step_s for log in logs], axis=0)
+    first_steady = warmup_steps(len(step_s))
+    rows = np.array([log.rows for log in logs], dtype=float)
+    losses = np.array([log.losses for log in logs]).T @ rows / rows.sum()
+    steady = step_s[first_steady:]
+    evals = logs[0].evals
+    timing = _percentiles(steady)
+    devices = [mb for log in logs for mb in (log.peak_device_mb or [])]
+    reached = [e["train_s"] for e in evals
+               if target_accuracy is not None and e["accuracy"] >= target_accuracy]
+    observed = logs[0].observed or {}
+    graphs = [log.observed.get("compiled_graphs") for log in logs if log.observed]
+    return {
+        "throughput": task.items(global_batch) / (timing["median"] / 1000),
+        "step_time_ms": timing,
+        "steady_steps": int(len(steady)),
+        "startup_s": max(log.first_step_start for log in logs) - launch_time,
+        "first_step_s": float(step_s[0]),
+        "train_s": float(step_s.sum()),
+        "eval_s": float(evals[-1]["eval_s"]),
+        "final_accuracy": float(evals[-1]["accuracy"]),
+        "final_loss": float(evals[-1]["loss"]),
+        "loss_curve": [float(v) for v in losses],
+        "accuracy_curve": [{k: e[k] for k in ("step", "accuracy", "loss", "train_s",
+                                              *task.curve_fields) if k in e} for e in evals],
+        **{k: evals[-1][k] for k in task.final_fields},
+        "compute_dtype": observed.get("compute_dtype"),
+        "compiled_graphs": None if None in graphs else max(graphs, default=None),
+        "sync_bn_layers": observed.get("sync_bn_layers", 0),
+        "micro_batches": observed.get("micro_batches", 1),
+        "clipped_steps": observed.get("clipped_steps"),
+        "target_accuracy": target_accuracy,
+        "time_to_target_s": reached[0] if reached else None,
+        "peak_rss_mb": [log.peak_rss_mb for log in logs],
+        "peak_device_mb": devices or None,
+        "nodes": per_node(logs, first_steady),
+    }
+
+
+def per_node(logs: list[RankLog], first_steady: int) -> list[dict]:
+    """Per node: its steady step time (per step, the slowest of its ranks) and two figures no
+    collective evens out. In lockstep data parallelism every rank waits for the slowest in the
+    gradient all-reduce, so step times come out alike on every node; a slow node shows in the
+    time its ranks take to score their part of the test set (the final evaluation, before its
+    counts are summed) and in how long they wait for their batches."""
+    return [_node_entry([log for log in logs if log.node == node], first_steady)
+            for node in sorted({log.node for log in logs})]
+
+
+def _node_entry(logs: list[RankLog], first_steady: int) -> dict:
+    step_s = np.max([log.step_s for log in logs], axis=0)[first_steady:]
+    scores = [log.evals[-1].get("score_s") for log in logs]
+    waits = [w for log in logs for w in (log.input or {}).get("wait_s", [])]
+    return {"node": logs[0].node, "host": logs[0].host, "ranks": [log.rank for log in logs],
+            "step_time_ms": _percentiles(step_s),
+            "score_s": None if None in scores else max(scores),
+            "data_wait_ms": float(np.mean(waits)) * 1000 if waits else None}

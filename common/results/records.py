@@ -1,0 +1,157 @@
+"""The result record: one JSON file per run and repeat, written atomically, and its checks."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+
+from parbench.base.errors import UsageError
+from parbench.base.files import write_atomic
+from parbench.contract.spec import sha256_of
+from parbench.run.modes import modes_schema
+from parbench.run.profiling import SUFFIX
+from parbench.run.registry import FRAMEWORKS
+
+SCHEMA_VERSION = 5  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+# 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix;
+# 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits);
+# 5: nnodes, node_rank (the writer), hosts (per rank), metrics.nodes (step time per node).
+# Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
+# from the contract's arrays).
+SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
+SCHEMA["properties"]["framework"] = {"enum": list(FRAMEWORKS)}  # the registry's, not a copy
+SCHEMA["properties"]["modes"], _MODE_RULES = modes_schema(SCHEMA_VERSION)  # from MODES
+SCHEMA["allOf"] += _MODE_RULES
+STATUSES = ("ok", "failed", "timeout")
+BUSY_LOAD_PER_CORE = 0.5  # a run that starts with more load than this per core is noisy
+# Where a record goes when --out cannot take it: /dev/shm is memory, so a full disk does not
+# stop it.
+FALLBACK_FOLDERS = (Path(tempfile.gettempdir()) / "parbench-unsaved",
+                    Path("/dev/shm/parbench-unsaved"))
+
+
+def machine_busy(load_1m: float, cores: int) -> bool:
+    """Whether a 1-minute load average means the machine was busy: above BUSY_LOAD_PER_CORE
+    per core parbench may use (``env.cores``). compare's warning before a sweep uses it."""
+    return load_1m > BUSY_LOAD_PER_CORE * cores
+
+
+def run_was_busy(record: dict) -> bool | None:
+    """Whether other processes competed with this run; None when the record cannot tell
+    (schema 1). The measured CPU time of processes outside the run (``env.other_cpu_s``),
+    averaged over the run, counts in cores like a load; only without it does the load average
+    at the start decide. The load average alone would blame a sweep for itself: it is a
+    one-minute moving average, so it still holds the previous run of the same sweep."""
+    env = record["env"]
+    other, duration = env.get("other_cpu_s"), record.get("duration_s") or 0
+    if other is not None and duration > 0:
+        return other / duration > BUSY_LOAD_PER_CORE * env["cores"]
+    load = env.get("load_1m_start")
+    return None if load is None else machine_busy(load, env["cores"])
+
+
+def record_name(backend: str, launcher: str, world_size: int, spec_sha256: str,
+                variant: dict, repeat: int) -> str:
+    """``<backend>-<launcher>-n<devices>-<spec>-<variant>-r<repeat>.json``: a rerun of the same
+    configuration replaces its own earlier record, and nothing else."""
+    return (f"{backend}-{launcher}-n{world_size}-{spec_sha256[:10]}-"
+            f"{sha256_of(variant)[:6]}-r{repeat}.json")
+
+
+def name_of(record: dict) -> str:
+    return record_name(record["backend"], record["launcher"], record["world_size"],
+                       record["spec_sha256"], record["variant"], record["repeat"])
+
+
+def write_record(folder: Path, record: dict) -> Path:
+    target = Path(folder) / name_of(record)
+    write_atomic(target, json.dumps(record, indent=1).encode())
+    return target
+
+
+def probe_folder(folder: Path, option: str) -> None:
+    """Create ``folder`` and prove a file can be written there, before anything trains: a
+    place that cannot take the results is bad input (UsageError), not a lost run."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".parbench-probe-"):
+            pass
+    except OSError as err:
+        raise UsageError(f"{option} {folder}: cannot write there "
+                         f"({err.strerror or err})") from None
+
+
+def probe_file(file: Path, option: str) -> None:
+    """The same for a file to be written at the end: its folder must take files, and the path
+    must not be a folder already."""
+    if Path(file).is_dir():
+        raise UsageError(f"{option} {file}: is a folder; give a file name")
+    probe_folder(Path(file).parent, option)
+
+
+def save_record(folder: Path, record: dict) -> tuple[Path, str | None]:
+    """Write ``record`` into ``folder``, or, when that fails (disk full, folder gone), into the
+    first fallback folder that takes it; (path, problem) where problem names what went wrong.
+    A record is never dropped: with no writable place at all it is printed to stdout."""
+    try:
+        return write_record(folder, record), None
+    except OSError as err:
+        problem = f"could not write the record into {folder} ({err.strerror or err})"
+    for fallback in FALLBACK_FOLDERS:
+        try:
+            path = write_record(fallback, record)
+        except OSError:
+            continue
+        return path, f"{problem}; it was saved to {path} instead"
+    print(json.dumps(record))
+    return Path("-"), f"{problem}, nor into any of {', '.join(map(str, FALLBACK_FOLDERS))}; " \
+        "it was printed to stdout instead"
+
+
+def check_record(record: object) -> list[str]:
+    """Every problem with one record (empty when it is valid)."""
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    problems = [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+                for e in validator.iter_errors(record)]
+    if problems or not isinstance(record, dict):
+        return problems
+    if record["status"] == "ok" and record["metrics"] is None:
+        problems.append("metrics: an ok record needs metrics")
+    if record["status"] != "ok" and not record["error"]:
+        problems.append(f"error: a {record['status']} record needs the error")
+    return problems
+
+
+@dataclass
+class FolderCheck:
+    files: int  # *.json files found, profile files (*.profile.json) not counted
+    records: list[dict]  # the valid ones
+    invalid: dict[str, list[str]]  # file -> its problems, for every invalid file
+
+    @property
+    def problems(self) -> list[str]:
+        """'file: problem', every problem of every invalid file."""
+        return [f"{file}: {p}" for file, found in self.invalid.items() for p in found]
+
+
+def check_folder(folder: Path) -> FolderCheck:
+    """Every *.json under ``folder``, validated; profile files (``*.profile.json``, written
+    next to profiled records) are not records and are neither checked nor counted."""
+    files = sorted(p for p in Path(folder).rglob("*.json") if not p.name.endswith(SUFFIX))
+    records, invalid = [], {}
+    for file in files:
+        try:
+            record = json.loads(file.read_text())
+        except (OSError, ValueError) as err:
+            invalid[str(file)] = [f"not readable JSON ({err})"]
+            continue
+        found = check_record(record)
+        if found:
+            invalid[str(file)] = found
+        else:
+            records.append(record)
+    return FolderCheck(len(files), records, invalid)

@@ -1,0 +1,321 @@
+"""The report's rows: the runs of one spec grouped into one row per backend x devices x
+launcher x nodes, grouped by framework with its single-device baseline first, and each row's
+cells (medians over repeats, spread, cv % and noise, scaling efficiency, memory). noderows.py
+splits a multi-node row by node; report.py lays them out as tables; headline.py picks the
+headline's rows; plots.py draws them."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parbench.contract.tasks import Task, task_of_model
+from parbench.run.modes import MODES, Modes, modes_of
+from parbench.run.profiling import PHASES
+from parbench.run.registry import BACKENDS
+
+from .records import run_was_busy
+
+Cell = str | int | float | list[float] | None
+
+# A row never mixes two modes: each mode is a column of the row's key.
+MODE_COLUMNS = tuple(mode.column for mode in MODES.values())
+RUN_KEY = ("backend", "devices", "launcher")
+KEY = (*RUN_KEY, *MODE_COLUMNS)
+NO_DEVICE = "n/a (CPU)"
+NOISY_CV_PERCENT = 5.0
+# The framework's own 1-device backend: the reference of its scaling efficiency.
+SINGLE = {b.framework: b.name for b in BACKENDS.values() if not b.parallel}
+# Report order: frameworks, and backends within one, as the registry lists them (single first).
+FRAMEWORKS = tuple(dict.fromkeys(b.framework for b in BACKENDS.values()))
+
+
+def median_of(values: Iterable[float | None]) -> float | None:
+    """The median of the values present (None where none is)."""
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else None
+
+
+def _per_position_median(lists: list[list[float]]) -> list[float]:
+    """Median of each position (rank, device, step) over repeats; a shorter list simply has no
+    say in the positions it lacks."""
+    padded = np.full((len(lists), max(map(len, lists))), np.nan)
+    for i, values in enumerate(lists):
+        padded[i, :len(values)] = values
+    return [float(v) for v in np.nanmedian(padded, axis=0)]
+
+
+def throughput_column(task: type[Task]) -> str:
+    """The column of a task's throughput: its unit per second ('samples/s')."""
+    return f"{task.unit}/s"
+
+
+def nodes_of(record: dict) -> int:
+    """The nodes a record's run spanned; one written before schema 5 ran on one node."""
+    return record.get("nnodes", 1)
+
+
+def mode_cells(modes: Modes) -> dict[str, Cell]:
+    return {mode.column: mode.cell(getattr(modes, name)) for name, mode in MODES.items()}
+
+
+@dataclass
+class Row:
+    """The repeats of one backend x devices x launcher x nodes x modes within one spec."""
+
+    framework: str
+    backend: str
+    devices: int  # over all nodes (world_size): what scaling efficiency divides by
+    launcher: str
+    nodes: int
+    modes: Modes
+    runs: list[dict]
+    task: type[Task]
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+    @property
+    def metrics(self) -> list[dict]:
+        return [r["metrics"] for r in self.runs if r["status"] == "ok"]
+
+    @property
+    def throughput(self) -> float | None:
+        """The median throughput cell (samples/s, or the task's unit per second)."""
+        return self.cells[throughput_column(self.task)]
+
+    @property
+    def devices_cell(self) -> Cell:
+        """The devices column: the count on one node; nodes x devices per node (2x1) on
+        several, so a 2-node row never reads like a 1-node row of as many devices."""
+        return f"{self.nodes}x{self.devices // self.nodes}" if self.nodes > 1 else self.devices
+
+    @property
+    def _approach(self) -> str:
+        """The backend, with its launcher where the backend has a choice of launchers, and
+        its modes where they are not the defaults."""
+        backend = BACKENDS.get(self.backend)
+        launcher = f" [{self.launcher}]" if backend and len(backend.launchers) > 1 else ""
+        modes = f" {self.modes.label}" if self.modes.changed() else ""
+        return f"{self.backend}{launcher}{modes}"
+
+    @property
+    def _on_nodes(self) -> str:
+        return f" on {self.nodes} nodes" if self.nodes > 1 else ""
+
+    @property
+    def series(self) -> str:
+        """The approach and, beyond one node, the node count: what a plot draws as one
+        series (its device counts side by side)."""
+        return f"{self._approach}{self._on_nodes}"
+
+    @property
+    def label(self) -> str:
+        return f"{self._approach} x{self.devices}{self._on_nodes}"
+
+    def median(self, get: Callable[[dict], float | None]) -> float | None:
+        return median_of(get(m) for m in self.metrics)
+
+    def per_position(self, get: Callable[[dict], list[float] | None]) -> list[float] | None:
+        lists = [values for values in map(get, self.metrics) if values]
+        return _per_position_median(lists) if lists else None
+
+
+@dataclass
+class Group:
+    """Runs of one spec_sha256: only these are ever compared with each other."""
+
+    sha: str
+    title: str
+    task: type[Task]  # every run of a spec trains the same model, so learns the same task
+    rows: list[Row]  # plain runs only
+    profiles: list[Row] = field(default_factory=list)  # --profile runs: profile cells only
+
+
+def _status(runs: list[dict]) -> str:
+    reasons = [f"{r['status']}: {(r['error'] or '?').splitlines()[0]}"
+               for r in runs if r["status"] != "ok"]
+    return "; ".join(dict.fromkeys(reasons)) or "ok"
+
+
+def _cv_percent(throughput: list[float]) -> float | None:
+    if len(throughput) < 2:
+        return None
+    return float(np.std(throughput, ddof=1) / np.mean(throughput) * 100)
+
+
+def _busy(run: dict) -> bool:
+    """Whether other processes competed with the run; a record that cannot tell: unknown."""
+    return bool(run_was_busy(run))
+
+
+def _noisy(cv: float | None, runs: list[dict]) -> str:
+    reasons = [name for name, hit in (("cv", cv is not None and cv > NOISY_CV_PERCENT),
+                                      ("load", any(map(_busy, runs)))) if hit]
+    return "+".join(reasons) or "no"
+
+
+def _time_to_target(row: Row) -> float | None:
+    if not any(m.get("target_accuracy") is not None for m in row.metrics):
+        return None
+    return row.median(lambda m: math.inf if m["time_to_target_s"] is None
+                      else m["time_to_target_s"])
+
+
+def _key_cells(row: Row) -> dict[str, Cell]:
+    return {"backend": row.backend, "devices": row.devices_cell, "launcher": row.launcher,
+            **mode_cells(row.modes)}
+
+
+def _cells(row: Row) -> dict[str, Cell]:
+    throughput = [m["throughput"] for m in row.metrics]
+    devices = row.per_position(lambda m: m["peak_device_mb"])
+    no_device = NO_DEVICE if row.metrics else None
+    cv = _cv_percent(throughput)
+    speed = throughput_column(row.task)
+    return {
+        **_key_cells(row),
+        "status": _status(row.runs), "runs": f"{len(throughput)}/{len(row.runs)}",
+        speed: median_of(throughput), f"{speed} min": min(throughput, default=None),
+        f"{speed} max": max(throughput, default=None), "cv %": cv,
+        "noisy": _noisy(cv, row.runs),
+        "step ms p50": row.median(lambda m: m["step_time_ms"]["median"]),
+        "step ms p90": row.median(lambda m: m["step_time_ms"]["p90"]),
+        "data wait %": row.median(_wait_percent),
+        "startup s": row.median(lambda m: m["startup_s"]),
+        "first step s": row.median(lambda m: m["first_step_s"]),
+        **{column: row.median(lambda m, key=key: m.get(key))
+           for column, key in row.task.quality_columns.items()},
+        "time to target s": _time_to_target(row),
+        "peak RSS MiB": row.median(lambda m: max(m["peak_rss_mb"])),
+        "RSS MiB per rank": row.per_position(lambda m: m["peak_rss_mb"]),
+        "peak device MiB": row.median(lambda m: max(m["peak_device_mb"] or [], default=None))
+        if devices else no_device,
+        "device MiB per device": devices or no_device,
+    }
+
+
+def _wait_percent(metrics: dict) -> float | None:
+    """The share of wait + step time the steps waited for their batch (records before schema
+    4 did not measure it)."""
+    share = (metrics.get("input") or {}).get("wait_share")
+    return None if share is None else 100 * share
+
+
+def _efficiency(row: Row, rows: list[Row]) -> float | None:
+    throughput = row.throughput
+    if throughput is None:
+        return None
+    for backend in (SINGLE.get(row.framework), row.backend):
+        # the same launcher first, where a backend has several
+        refs = sorted((r for r in rows if r.backend == backend and r.devices == 1
+                       and r.modes.same_on_one_device(row.modes)
+                       and r.throughput is not None),
+                      key=lambda r: r.launcher != row.launcher)
+        if refs:
+            return throughput / (row.devices * refs[0].throughput)
+    return None
+
+
+def _title(sha: str, records: list[dict]) -> str:
+    """What the spec fixes; a field that differs within it (batch mode) shows its values."""
+    def values(get: Callable[[dict], object], of: list[dict] = records) -> str:
+        return "/".join(dict.fromkeys(str(get(r)) for r in of))
+
+    steps = values(lambda r: r["steps"])
+    return (f"spec {sha[:10]}: model {values(lambda r: r['model'])}, dataset "
+            f"{values(lambda r: r['dataset'])}, global batch "
+            f"{values(lambda r: r['global_batch'])} ({values(lambda r: r['batch_mode'])} batch "
+            f"fixed), {steps} steps, lr {values(lambda r: r['lr'])}, seed "
+            f"{values(lambda r: r['seed'])}")
+
+
+def _order(key: tuple[str, str, int, str, int, Modes]) -> tuple:
+    """Frameworks in registry order; within one, the single-node rows first, then multi-node
+    ones by node count; then backends in registry order (an unknown one after the known ones,
+    by name), devices, launcher and modes (the defaults first)."""
+    framework, backend, devices, launcher, nodes, modes = key
+    known = list(BACKENDS)
+    return (FRAMEWORKS.index(framework) if framework in FRAMEWORKS else len(FRAMEWORKS),
+            framework, nodes, known.index(backend) if backend in known else len(known),
+            backend, devices, launcher, bool(modes.changed()), modes.label)
+
+
+def is_profiled(record: dict) -> bool:
+    """A --profile run: the profiler's overhead is in its times, so its row never enters a
+    performance, accuracy or headline table; the Profiles table shows it instead."""
+    return bool((record.get("variant") or {}).get("profile"))
+
+
+def _profile_cells(row: Row) -> dict[str, Cell]:
+    """Medians over the ok repeats of the slowest rank's median phase times, and the first
+    such repeat's top operations (ms per step)."""
+    profiles = [r["profile"] for r in row.runs if r["status"] == "ok" and "profile" in r]
+    top = profiles[0]["top_ops"] if profiles else []
+    return {**_key_cells(row),
+            "status": _status(row.runs), "runs": f"{len(profiles)}/{len(row.runs)}",
+            **{f"{phase} ms": median_of(p["median_ms"][phase] for p in profiles)
+               for phase in (*PHASES, "step")},
+            "top ops (ms/step)": "; ".join(f"{op['name']} {op['self_ms_per_step']:.3g}"
+                                           for op in top) or None}
+
+
+def _rows(records: list[dict]) -> list[Row]:
+    """One row per backend x devices x launcher x nodes x modes, in report order, repeats in
+    order."""
+    keyed: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"], nodes_of(r),
+               modes_of(r))].append(r)
+    return [Row(*key, runs=sorted(keyed[key], key=lambda r: r["repeat"]),
+                task=task_of_model(keyed[key][0]["model"]))
+            for key in sorted(keyed, key=_order)]
+
+
+def build_groups(records: list[dict]) -> list[Group]:
+    """One group per spec_sha256, one row per backend x devices x launcher x nodes, grouped by
+    framework, single first; profiled runs in rows of their own (``profiles``)."""
+    by_spec: dict[str, list[dict]] = defaultdict(list)
+    for r in records:
+        by_spec[r["spec_sha256"]].append(r)
+    groups = []
+    for sha in sorted(by_spec):
+        rows = _rows([r for r in by_spec[sha] if not is_profiled(r)])
+        for row in rows:
+            row.cells = _cells(row)
+        for row in rows:
+            row.cells["scaling eff."] = _efficiency(row, rows)
+        profiles = _rows([r for r in by_spec[sha] if is_profiled(r)])
+        for row in profiles:
+            row.cells = _profile_cells(row)
+        runs = [r for row in [*rows, *profiles] for r in row.runs]
+        groups.append(Group(sha, _title(sha, runs), task_of_model(runs[0]["model"]), rows,
+                            profiles))
+    return groups
+
+
+def _short(commit: str | None) -> str | None:
+    """A commit as 10 hex digits, keeping a '-dirty' suffix (like the spec's 10)."""
+    return commit and commit[:10] + commit[40:]
+
+
+def environment_rows(groups: list[Group]) -> list[dict[str, Cell]]:
+    """One row per distinct environment of a backend x devices x launcher, counting its runs."""
+    rows: dict[tuple, dict[str, Cell]] = {}
+    for group in groups:
+        for row in [*group.rows, *group.profiles]:
+            for r in row.runs:
+                env = r["env"]
+                names = ", ".join(f"{n}x {name}" for name, n in Counter(env["device_names"])
+                                  .items()) or None
+                cells = {"spec": group.sha[:10], **{k: row.cells[k] for k in RUN_KEY},
+                         "python": env["python"], "OS": env["os"], "CPU": env["cpu_model"],
+                         "cores": env["cores"], "threads/worker": env["threads_per_worker"],
+                         "framework": r["framework"], "version": env["framework_version"],
+                         "device names": names, "CUDA": env["cuda_version"],
+                         "NCCL": env["nccl_version"], "git commit": _short(env["git_commit"])}
+                key = tuple(map(str, cells.values()))
+                rows.setdefault(key, {**cells, "runs": 0})["runs"] += 1
+    return list(rows.values())

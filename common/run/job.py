@@ -1,0 +1,93 @@
+"""The job file: everything a worker process needs, written by the harness as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from parbench.contract.optim import OptimizerSpec
+from parbench.contract.spec import ModelSpec, spec_from_dict
+from parbench.contract.tasks import TASKS, Task
+
+from .modes import Modes
+
+FAULT_ENV = "PARBENCH_TEST_FAULT"  # test-only: "crash|exit|hang|kill|stop:RANK:STEP" breaks a rank
+
+
+@dataclass
+class Job:
+    backend: str
+    launcher: str
+    world_size: int  # devices (replicas) that train
+    threads: int  # compute threads per worker process
+    model: dict  # spec_dict(ModelSpec)
+    dataset: str
+    num_classes: int
+    task_name: str  # a name of parbench.contract.tasks.TASKS
+    global_batch: int
+    total_steps: int  # the contract's steps; with --epochs a native loader's may differ
+    optimizer: dict  # asdict(OptimizerSpec), lr already scaled
+    seed: int
+    workdir: str  # this run's folder: job.json, rank files, progress, launcher logs
+    shared: str  # inputs shared by every run of a configuration: data/ and weights.npz
+    save_weights: bool = False  # rank 0 exports final weights to workdir/final_weights.npz
+    profile_steps: list[int] | None = None  # --profile: [first, stop) of the profiled steps
+    modes: Modes = Modes()
+    epochs: int | None = None  # --epochs (None with --steps): passes of the run's feed
+    verbose: bool = False
+    extra: dict = field(default_factory=dict)
+    nnodes: int = 1  # a multi-node run: world_size counts every node's devices
+    node_rank: int = 0
+    cluster: list[str] | None = None  # tf-config on several nodes: every worker's HOST:PORT
+
+    @property
+    def first_rank(self) -> int:
+        """The global rank of this node's first process (ranks are numbered node by node)."""
+        return self.node_rank * (self.world_size // self.nnodes)
+
+    @property
+    def task(self) -> Task:
+        return TASKS[self.task_name](self.num_classes)
+
+    @property
+    def spec(self) -> ModelSpec:
+        return spec_from_dict(self.model)
+
+    @property
+    def optimizer_spec(self) -> OptimizerSpec:
+        return OptimizerSpec(**self.optimizer)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.workdir)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.shared) / "data"
+
+    @property
+    def weights_path(self) -> Path:
+        return Path(self.shared) / "weights.npz"
+
+    def save(self) -> Path:
+        target = self.path / "job.json"
+        fields = {**asdict(self), "modes": self.modes.as_dict()}
+        target.write_text(json.dumps(fields, indent=1))
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Job:
+        fields = json.loads(Path(path).read_text())
+        return cls(**{**fields, "modes": Modes(**fields["modes"])})
+
+
+def write_error(job: Job, who: str) -> None:
+    """Keep the traceback being handled where the harness looks first: with several workers,
+    the first error written is the cause and the others are its echoes."""
+    folder = job.path / "errors"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{time.time():.6f}-{who}.txt").write_text(f"{who}: {traceback.format_exc()}")

@@ -1,0 +1,248 @@
+"""The training loop every strategy runs in, framework-free.
+
+A strategy file (``frameworks/<framework>/<strategy>.py``) supplies a ``Strategy``: how to set
+up, build the model, take a step and evaluate. This loop owns everything that must be identical
+across frameworks: which rows each process reads, the learning rate of each step, when to
+evaluate, and how time and memory are measured. Each process writes ``rank<N>.json`` at the end;
+the harness aggregates those files into the run's record. With ``--profile``, the steps of
+``job.profile_steps`` go through the strategy's profiler instead (see profile.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from parbench.base.files import write_atomic
+from parbench.contract.batches import eval_slice
+from parbench.contract.data import Dataset
+from parbench.contract.optim import lr_at
+from parbench.contract.tasks import Task
+from parbench.contract.weights import save_weights
+
+from .collect import collect_rank_files
+from .feeds import ArrayFeed, Feed, FeedLog, run_length
+from .job import FAULT_ENV, Job, write_error
+from .modes import Observed, check_observed
+from .profiling import Session, StepProfiler
+
+EVAL_CHUNK = 1024  # rows per evaluate() call: bounds memory, not part of the contract
+PROGRESS_EVERY_S = 0.5
+
+
+class Strategy(Protocol):
+    rank: int  # this process's index among num_processes
+    num_processes: int  # processes that read data (1 for single, DataParallel, Mirrored)
+
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        """One optimizer step on this process's rows (numpy, or what its native feed
+        yields); returns their mean loss."""
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        """(the model's outputs that the task scores, loss_sum) over the given rows, inference
+        mode, this process only (image classification: the predicted class of each row)."""
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        """Sum across processes (identity with one process)."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work, so host clocks measure it."""
+
+    def peak_device_mb(self) -> list[float] | None:
+        """Allocator peak per device this process drives, or None without an accelerator."""
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        """Current weights in the canonical layout."""
+
+    def describe(self) -> dict:
+        """framework, framework_version, device_names, cuda/nccl versions, notes."""
+
+    def teardown(self, failed: bool) -> None:
+        """Release what the strategy holds (its process group), once, when training ended.
+        ``failed``: this rank raised, and its peers may be blocked in a collective it will never
+        join, so it must not run a collective release (destroying an NCCL group is one, and
+        waits for them: pytorch/torchtitan#1342); it releases only its own side, or leaves that
+        to the process's exit."""
+
+    def profiler(self) -> StepProfiler:
+        """--profile: this strategy's step split into phases, and its framework's profiler."""
+
+    def observed(self) -> Observed:
+        """What the run modes did (see parbench.run.modes); valid once the first step ran."""
+
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        """--input native: this process's batches from its framework's own loader, each
+        carrying the training-set indices of its rows (see parbench.run.feeds)."""
+
+
+@dataclass
+class RankLog:
+    rank: int
+    rows: int  # training rows per step on this process
+    first_step_start: float = 0.0  # time.time() when step 0 began
+    step_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    peak_rss_mb: float = 0.0
+    peak_device_mb: list[float] | None = None
+    describe: dict = field(default_factory=dict)
+    profile: dict | None = None  # --profile: Session.result() of this rank
+    observed: dict | None = None  # asdict(Observed) at the end of training
+    input: dict | None = None  # FeedLog.write(): what fed the steps, epochs, waits
+    host: str = ""  # the machine's host name
+    node: int = 0  # the node of a multi-node run
+
+
+def inject_test_fault(rank: int, step: int) -> None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    kind, fault_rank, fault_step = spec.split(":")
+    if int(fault_rank) != rank or int(fault_step) != step:
+        return
+    if kind == "crash":
+        raise RuntimeError(f"injected fault on rank {rank} at step {step}")
+    if kind == "exit":
+        os._exit(17)
+    if kind in ("kill", "stop"):  # what an operator's kill -9 or kill -STOP does
+        os.kill(os.getpid(), signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+    while kind == "hang":
+        time.sleep(1)
+
+
+def evaluate_test_set(strategy: Strategy, data: Dataset, task: Task, step: int,
+                      train_s: float) -> dict:
+    """The task's scores over the whole test set (for image classification: accuracy, loss, the
+    confusion matrix and macro scores): each process scores its part, then the counts are
+    summed across processes and the scores computed from the sums."""
+    start = time.perf_counter()
+    rows = eval_slice(len(data.y_test), strategy.num_processes, strategy.rank)
+    counts = np.zeros(task.count_size)
+    for begin in range(rows.start, rows.stop, EVAL_CHUNK):
+        end = min(begin + EVAL_CHUNK, rows.stop)
+        labels = np.asarray(data.y_test[begin:end])
+        outputs, loss_sum = strategy.evaluate(np.asarray(data.x_test[begin:end]), labels)
+        counts += task.eval_counts(labels, outputs, loss_sum)
+    score_s = time.perf_counter() - start  # this rank alone: no collective yet
+    totals = strategy.all_reduce_sum(counts)
+    return {"step": step + 1, **task.eval_scores(totals), "train_s": train_s,
+            "eval_s": time.perf_counter() - start, "score_s": score_s}
+
+
+def check_modes(job: Job, strategy: Strategy) -> None:
+    """After the first step: fail the run when a mode asked for did not take effect."""
+    check_observed(job.modes, strategy.observed(),
+                   clips=job.optimizer_spec.clip_grad_norm is not None)
+
+
+def open_feed(job: Job, strategy: Strategy, data: Dataset) -> Feed:
+    if job.modes.input == "native":
+        return strategy.native_feed(job, data)
+    return ArrayFeed(job, data, strategy.rank, strategy.num_processes)
+
+
+class Progress:
+    """The node's first rank tells its harness how far it is, at most every PROGRESS_EVERY_S
+    seconds."""
+
+    def __init__(self, job: Job, rank: int, total: int):
+        self.path = job.path / "progress.json" if rank == job.first_rank else None
+        self.total, self.last = total, 0.0
+
+    def update(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.path is None or (not force and now - self.last < PROGRESS_EVERY_S):
+            return
+        self.last = now
+        write_atomic(self.path, json.dumps({"done": done, "total": self.total}).encode())
+
+
+def run_worker(job: Job, build: Callable[[Job], Strategy],
+               train: Callable[[Strategy], RankLog] | None = None) -> RankLog:
+    """Build this process's strategy, train it for the run's steps on the feed's batches
+    (evaluating at every epoch end; ``train`` replaces this loop where a framework's own one
+    drives the steps: Keras fit), then tear it down however training ended. A failure is
+    written to the job's errors first, then re-raised after a failed teardown (see
+    Strategy.teardown). A strategy that fails to build holds nothing to tear down."""
+    try:
+        strategy = build(job)
+    except BaseException:
+        write_error(job, f"process {os.getpid()}")  # no strategy, so no rank to name yet
+        raise
+    try:
+        log = train(strategy) if train else _train(job, strategy)
+    except BaseException:
+        write_error(job, f"rank {strategy.rank}")
+        strategy.teardown(failed=True)
+        raise
+    strategy.teardown(failed=False)
+    return log
+
+
+def _train(job: Job, strategy: Strategy) -> RankLog:
+    data = Dataset.load(job.data_path, job.dataset, job.num_classes)
+    feed = open_feed(job, strategy, data)
+    total = run_length(job, feed)
+    log = RankLog(rank=strategy.rank, rows=job.global_batch // strategy.num_processes)
+    fed = FeedLog(feed)
+    progress, optimizer, train_s = Progress(job, strategy.rank, total), job.optimizer_spec, 0.0
+    session = Session(strategy.profiler(), job.profile_steps, strategy.train_step) \
+        if job.profile_steps else None
+    batches = feed.batches(total)
+    for index in range(total):
+        waited = time.perf_counter()
+        batch = next(batches)
+        fed.add(batch, time.perf_counter() - waited)
+        lr = lr_at(index, total, optimizer)
+        inject_test_fault(strategy.rank, index)
+        if index == 0:
+            log.first_step_start = time.time()
+        take_step = session.take(index) if session else strategy.train_step
+        start = time.perf_counter()
+        loss = take_step(batch.x, batch.y, lr)
+        strategy.synchronize()
+        elapsed = time.perf_counter() - start
+        if session:
+            session.done(index)
+        if index == 0:
+            check_modes(job, strategy)
+        log.step_s.append(elapsed)
+        log.losses.append(float(loss))
+        train_s += elapsed
+        progress.update(index + 1)
+        if batch.epoch_end or index == total - 1:
+            log.evals.append(evaluate_test_set(strategy, data, job.task, index, train_s))
+    progress.update(total, force=True)
+    log.profile = session.result() if session else None
+    return finish_rank_log(job, strategy, log, fed)
+
+
+def finish_rank_log(job: Job, strategy: Strategy, log: RankLog, fed: FeedLog) -> RankLog:
+    """What a rank records after its last step (its machine, memory peaks, its description,
+    what its modes did, what it was fed), then its rank file; on several nodes, rank 0 then
+    gathers every rank's files."""
+    log.host, log.node = socket.gethostname(), job.node_rank
+    log.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    log.peak_device_mb = strategy.peak_device_mb()
+    log.describe = strategy.describe()
+    log.observed = asdict(strategy.observed())
+    log.input = fed.write(job.path, strategy.rank)
+    write_rank_log(job, strategy, log)
+    if job.nnodes > 1:  # node 0's harness needs every node's files (see parbench.run.collect)
+        collect_rank_files(job.path, strategy)
+    return log
+
+
+def write_rank_log(job: Job, strategy: Strategy, log: RankLog) -> None:
+    if job.save_weights and strategy.rank == 0:
+        save_weights(job.path / "final_weights.npz", strategy.export_weights())
+    write_atomic(job.path / f"rank{strategy.rank}.json", json.dumps(asdict(log)).encode())

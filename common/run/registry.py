@@ -1,0 +1,252 @@
+"""The frameworks parbench compares, declared once.
+
+Everything that depends on which frameworks exist is derived from this table: the backends and
+their launchers' command lines, which launchers span nodes, the run modes a framework or a
+backend refuses (with the reason), the CLI's --framework choices, the record schema's framework
+names, parity's framework list and its reference, the report's order and each framework's
+1-device baseline, and the tests' skip markers (tests/conftest.py). Nothing here imports a
+framework: strategy modules are import strings, imported only in the worker process.
+
+Adding a framework is its folder under frameworks/, its entry here, its extra in pyproject.toml
+and its tox envs (docs/adding-a-framework.md); tests/test_registry.py fails when a folder and
+the registry disagree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+from parbench.base.ports import LOCALHOST, free_port
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    framework: str  # its Framework's name
+    strategy: str  # what the record calls the parallel approach
+    module: str  # the strategy file, imported only in the worker process
+    launchers: tuple[str, ...]  # names in LAUNCHERS; the first is the default
+    parallel: bool  # can train on more than one device
+    one_process: bool = False  # one process drives every device (DataParallel, Mirrored, pmap)
+    # on CPU it cannot use several devices; the hint names the backend that can
+    gpu_for_parallel: str | None = None
+    refusals: dict[str, str] = field(default_factory=dict)  # mode -> why this backend can't
+    launcher_refusals: dict[str, str] = field(default_factory=dict)  # launcher -> why not
+    profile_refusal: str | None = None  # why --profile cannot split its step
+
+    @property
+    def info(self) -> Framework:
+        return FRAMEWORKS[self.framework]
+
+    def missing_reason(self) -> str | None:
+        """Why this backend cannot run in this environment, or None if it can."""
+        return self.info.missing_reason()
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str  # the record's "framework" and its folder under frameworks/
+    import_name: str  # installed means importable
+    extra: str  # pip install 'parbench[<extra>]'
+    backends: tuple[Backend, ...]  # its 1-device backend first
+    refusals: dict[str, str] = field(default_factory=dict)  # mode -> why no backend of it can
+    gpu_only: dict[str, str] = field(default_factory=dict)  # mode -> why it needs GPUs
+    gpu_only_pairs: dict[tuple[str, str], str] = field(default_factory=dict)  # two modes
+    profile_note: str | None = None  # what its --profile phases include, for the report
+
+    @property
+    def single(self) -> str:
+        """Its 1-device backend: the baseline of its scaling efficiency and parity."""
+        return self.backends[0].name
+
+    @property
+    def test_files(self) -> tuple[str, ...]:
+        """How its tests are selected: tests/test_<name>.py and tests/test_*_<name>.py, which
+        are skipped where it is not installed."""
+        return (f"test_{self.name}.py", f"test_*_{self.name}.py")
+
+    def missing_reason(self) -> str | None:
+        if importlib.util.find_spec(self.import_name) is None:
+            return f"{self.import_name} is not installed (pip install 'parbench[{self.extra}]')"
+        return None
+
+
+class Rendezvous(Protocol):
+    """Where the nodes of a multi-node run meet, as a launcher's command line needs it
+    (parbench.launch.nodes.Nodes is one)."""
+
+    nnodes: int
+    node_rank: int
+    master_host: str
+    master_port: int
+
+    @property
+    def loopback(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Launcher:
+    name: str
+    # argv for this node's part of a run (devices of its own); None: parbench.run.worker itself
+    # (one process, or one that starts the workers)
+    argv: Callable[[Path, int, Rendezvous | None], list[str]] | None = None
+    single_node: str | None = None  # why it cannot span machines (None: it can)
+    worker_ports: bool = False  # each node reports its workers' ports at check-in (TF_CONFIG)
+
+    def command(self, job_path: Path, devices: int, nodes: Rendezvous | None = None) -> list[str]:
+        """argv that runs the job on this node, with ``devices`` of its own; with ``nodes``,
+        this node's part of a multi-node run, meeting the others at the master."""
+        if self.argv is None:
+            return [sys.executable, "-m", "parbench.run.worker", str(job_path)]
+        return self.argv(job_path, devices, nodes)
+
+
+def _torchrun(job_path: Path, devices: int, nodes: Rendezvous | None) -> list[str]:
+    """One node: c10d on a free loopback port. Several: the static rendezvous, the one where
+    --node-rank decides the global ranks (node n gets n x devices onwards; c10d numbers nodes
+    in the order they join), its store on node 0 at the master."""
+    if nodes is None:
+        rendezvous = ["--nnodes=1", "--rdzv-backend=c10d",
+                      f"--rdzv-endpoint={LOCALHOST}:{free_port()}", f"--local-addr={LOCALHOST}"]
+    else:
+        local = [f"--local-addr={LOCALHOST}"] if nodes.loopback else []
+        rendezvous = [f"--nnodes={nodes.nnodes}", f"--node-rank={nodes.node_rank}",
+                      "--rdzv-backend=static", f"--master-addr={nodes.master_host}",
+                      f"--master-port={nodes.master_port}", *local]
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={devices}",
+            *rendezvous, "-m", "parbench.run.worker", str(job_path)]
+
+
+def _paddle_launch(job_path: Path, devices: int, nodes: Rendezvous | None) -> list[str]:
+    """--host: without it the launcher announces this node at the address its host name
+    resolves to, which on most machines is not loopback (on a real cluster that address is the
+    right one). --rank fixes the node's place (unset, nodes are numbered as they join).
+    Unset: FLAGS_print_launcher_env makes the launcher print a failed worker's whole
+    environment (into the record's error tail), and PADDLE_LOG_DIR would override --log_dir."""
+    if nodes is None:
+        rendezvous = [f"--master={LOCALHOST}:{free_port()}", f"--host={LOCALHOST}"]
+    else:
+        host = [f"--host={LOCALHOST}"] if nodes.loopback else []
+        rendezvous = [f"--nnodes={nodes.nnodes}", f"--rank={nodes.node_rank}",
+                      f"--master={nodes.master_host}:{nodes.master_port}", *host]
+    script = importlib.util.find_spec("parbench.run.worker").origin
+    return ["env", "-u", "FLAGS_print_launcher_env", "-u", "PADDLE_LOG_DIR", sys.executable,
+            "-m", "paddle.distributed.launch", f"--nproc_per_node={devices}", *rendezvous,
+            f"--log_dir={job_path.parent / 'launch-log'}", script, str(job_path)]
+
+
+LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in (
+    Launcher("python", single_node="one process drives every device"),
+    Launcher("spawn", single_node="it starts every process on this machine "
+             "(torch.multiprocessing.spawn / paddle.distributed.spawn)"),
+    Launcher("tf-config", worker_ports=True),
+    Launcher("torchrun", _torchrun),
+    Launcher("paddle-launch", _paddle_launch),
+)}
+
+_T, _TF, _PD, _JX = "parbench.frameworks.torch", "parbench.frameworks.tensorflow", \
+    "parbench.frameworks.paddle", "parbench.frameworks.jax"
+NO_CPU_AMP = ("Paddle AMP has no effect on CPU: under paddle.amp.auto_cast to bfloat16 or "
+              "float16 a Conv2D's and a Linear's outputs stay float32, eagerly and under "
+              "to_static, with only a warning that AMP needs a CUDA, XPU or custom place "
+              "(measured, Paddle 3.3.1)")
+JAX_PROFILE = ("XLA compiles forward, backward and the update into one program, so parbench "
+               "cannot time them apart; use jax.profiler around a run")
+
+FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
+    Framework("torch", "torch", "torch", (
+        Backend("torch-single", "torch", "single", f"{_T}.single", ("python",), parallel=False),
+        Backend("torch-dp", "torch", "DataParallel", f"{_T}.dp", ("python",), parallel=True,
+                one_process=True, gpu_for_parallel="use torch-ddp for multi-process CPU runs",
+                refusals={
+                    "sync_bn": "nn.SyncBatchNorm reduces over a torch.distributed process "
+                    "group, which nn.DataParallel's one process does not have: without one it "
+                    "silently runs as per-replica BatchNorm (use torch-ddp)",
+                    "compile": "nn.DataParallel runs each replica's forward in a worker thread "
+                    "that torch.compile's frame hook does not reach (the replicas run "
+                    "eagerly), and replicating a compiled module instead empties the "
+                    "original's parameters (use torch-ddp)"}),
+        Backend("torch-ddp", "torch", "DistributedDataParallel", f"{_T}.ddp",
+                ("torchrun", "spawn"), parallel=True)),
+        gpu_only={"sync_bn": "nn.SyncBatchNorm needs CUDA (it raises ValueError on CPU)"},
+        profile_note="under DDP communication overlaps backward (it is inside it, not added)"),
+    Framework("tensorflow", "tensorflow", "tensorflow", (
+        Backend("tf-single", "tensorflow", "single", f"{_TF}.single", ("python",),
+                parallel=False),
+        Backend("tf-mirrored", "tensorflow", "MirroredStrategy", f"{_TF}.mirrored",
+                ("python",), parallel=True, one_process=True),
+        Backend("tf-mirrored-keras", "tensorflow", "MirroredStrategy+fit",
+                f"{_TF}.mirrored_keras", ("python",), parallel=True, one_process=True,
+                refusals={"grad_accum": "Keras fit applies the optimizer on every batch; "
+                          "gradient accumulation needs a custom loop (use tf-mirrored)"},
+                launcher_refusals={"tf-config": "Keras 3 fit fails under "
+                                   "MultiWorkerMirroredStrategy upstream, keras-team/keras#20585:"
+                                   " use tf-multiworker"},
+                profile_refusal="Keras fit runs its own training loop, so parbench cannot "
+                "time its steps by phase; profile tf-mirrored, the same strategy in a custom "
+                "loop"),
+        Backend("tf-multiworker", "tensorflow", "MultiWorkerMirroredStrategy",
+                f"{_TF}.multiworker", ("tf-config",), parallel=True)),
+        refusals={"loader_workers": "tf.data has no worker processes: it parallelises inside "
+                  "the pipeline (num_parallel_calls, prefetch), which --input native sets to "
+                  "AUTOTUNE"},
+        gpu_only_pairs={("sync_bn", "compile"): "the synchronized BatchNorm's all-reduce "
+                        "inside the XLA-compiled gradient function is a cross-replica "
+                        "merge_call, which TensorFlow refuses inside a nested function unless "
+                        "every device is a GPU"},
+        profile_note="phases are estimates by subtraction of separately compiled functions"),
+    Framework("paddle", "paddle", "paddle", (
+        Backend("paddle-single", "paddle", "single", f"{_PD}.single", ("python",),
+                parallel=False),
+        Backend("paddle-spawn", "paddle", "DataParallel", f"{_PD}.spawn", ("spawn",),
+                parallel=True),
+        Backend("paddle-launch", "paddle", "DataParallel", f"{_PD}.launch", ("paddle-launch",),
+                parallel=True)),
+        gpu_only={"sync_bn": "paddle.nn.SyncBatchNorm has no CPU kernel (its forward raises "
+                  "'The kernel `sync_batch_norm` is not registered', measured on Paddle 3.3.1)",
+                  "precision": NO_CPU_AMP},
+        profile_note="communication is a separately timed all-reduce of the gradients' size "
+        "(the real one is inside backward)"),
+    Framework("jax", "jax", "jax", (
+        Backend("jax-single", "jax", "single (jit)", f"{_JX}.single", ("python",),
+                parallel=False, profile_refusal=JAX_PROFILE),
+        Backend("jax-pmap", "jax", "pmap", f"{_JX}.pmap", ("python",), parallel=True,
+                one_process=True, profile_refusal=JAX_PROFILE),
+        Backend("jax-sharded", "jax", "jit+NamedSharding", f"{_JX}.sharded", ("python",),
+                parallel=True, one_process=True, profile_refusal=JAX_PROFILE)),
+        refusals={"compile": "JAX always compiles: every training step is one jax.jit "
+                  "(jax-single, jax-sharded) or jax.pmap (jax-pmap) program, compiled by XLA on "
+                  "its first call, so --compile would change nothing (the record's "
+                  "compiled_graphs counts the step's compilations: 1)",
+                  "input": "JAX has no input pipeline of its own (JAX programs are fed numpy "
+                  "arrays, often from tf.data or grain): the arrays feed is its only input",
+                  "precision": "JAX has no autocast: bf16/fp16 would mean casting "
+                  "parameters and inputs in the step by hand while keeping BatchNorm statistics "
+                  "and the loss in float32, which parbench's JAX step does not do; it computes "
+                  "in float32 (the record's compute_dtype)"}),
+)}
+
+BACKENDS: dict[str, Backend] = {b.name: b for f in FRAMEWORKS.values() for b in f.backends}
+REFERENCE = "torch"  # parity compares every framework against it
+
+
+def get_backend(name: str) -> Backend:
+    if name not in BACKENDS:
+        raise KeyError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return BACKENDS[name]
+
+
+def spanning_backends() -> str:
+    """The backends (and launchers) that run on several machines, for error messages."""
+    return ", ".join(f"{b.name} ({launcher})" for b in BACKENDS.values()
+                     for launcher in b.launchers if LAUNCHERS[launcher].single_node is None)
