@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from fnmatch import fnmatch
@@ -66,6 +67,20 @@ def default_threads(processes: int) -> int:
 
 def records_in(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+
+
+needs_scontrol = pytest.mark.skipif(
+    not shutil.which("scontrol"),
+    reason="Slurm's scontrol is not installed (Debian's slurm-client; .ci/run installs it)")
+
+
+@pytest.fixture(scope="session")
+def slurm_env(tmp_path_factory) -> dict[str, str]:
+    """What scontrol needs to expand nodelists without a cluster: a minimal slurm.conf (no
+    controller is contacted by 'scontrol show hostnames')."""
+    folder = tmp_path_factory.mktemp("slurm")
+    (folder / "slurm.conf").write_text("ClusterName=parbench-tests\nSlurmctldHost=localhost\n")
+    return {"SLURM_CONF": str(folder / "slurm.conf"), "PATH": os.environ.get("PATH", "")}
 
 
 def needs(framework: str):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs, parbench, records_in, run_ok
+from conftest import needs, needs_scontrol, parbench, records_in, run_ok
 from parbench.base.errors import UsageError
 from parbench.base.ports import free_port
 from parbench.launch.checkin import CheckIn, NodeFailure, check_in
@@ -160,13 +160,14 @@ def test_a_node_that_cannot_reach_node_0_says_so_and_fails(tmp_path):
 
 @pytest.mark.slow
 @needs("torch")
-def test_from_slurm_reproduces_the_two_node_run(tmp_path):
+@needs_scontrol
+def test_from_slurm_reproduces_the_two_node_run(tmp_path, slurm_env):
     port = free_port()
     argvs = [[sys.executable, "-m", "parbench.cli", "run", "torch-ddp", "--from-slurm",
               "--master-port", str(port), "--devices", "1", *TRAINING,
               "--out", str(tmp_path / f"out{r}")] for r in (0, 1)]
-    envs = [{"SLURM_NNODES": "2", "SLURM_NODEID": str(r), "SLURM_JOB_NODELIST": "localhost"}
-            for r in (0, 1)]
+    envs = [{"SLURM_NNODES": "2", "SLURM_NODEID": str(r), "SLURM_JOB_NODELIST": "localhost",
+             **slurm_env} for r in (0, 1)]
     report = run_nodes(tmp_path, argvs, envs)
     assert [n["rc"] for n in report["nodes"]] == [0, 0], report["nodes"][0]["stderr"][-2000:]
     (record,) = records_in(tmp_path / "out0")

@@ -1,5 +1,6 @@
-"""Slurm support without Slurm: the environment srun gives a task, the sbatch script, and the
-`slurm` sub-command on a stand-in parser, so nothing here depends on cli.py or a framework."""
+"""Slurm support without a cluster: the environment srun gives a task (its nodelist expanded by
+the real scontrol, which needs only a minimal slurm.conf), the sbatch script, and the `slurm`
+sub-command with the run options of 'parbench run'; no framework is needed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 
 import pytest
 
+from conftest import needs_scontrol
 from parbench.base.errors import UsageError
 from parbench.cli.slurm import add_slurm_parser
 from parbench.launch.slurm import SET_BY_SCRIPT, SlurmNode, sbatch_script, slurm_node
@@ -23,30 +25,34 @@ def env(nodelist: str, nnodes: int | str, node_id: int | str, **more: str) -> di
             "SLURM_NODEID": str(node_id), **more}
 
 
+@needs_scontrol
 @pytest.mark.parametrize("nodelist,hosts", [
+    ("a[1-2],a1", ["a1", "a2"]),
     ("node[01-04,07]", ["node01", "node02", "node03", "node04", "node07"]),
     ("a[1-2],b3", ["a1", "a2", "b3"]),
     ("localhost", ["localhost"]),
     ("gpu-[9-11]", ["gpu-9", "gpu-10", "gpu-11"]),
     ("n[1-2,5-6],m[08-10,12]", ["n1", "n2", "n5", "n6", "m08", "m09", "m10", "m12"]),
 ])
-def test_nodelist_expands_like_scontrol_show_hostnames(nodelist, hosts):
-    node = slurm_node(env(nodelist, len(hosts), 0))
+def test_nodelist_expands_like_scontrol_show_hostnames(nodelist, hosts, slurm_env):
+    node = slurm_node({**slurm_env, **env(nodelist, len(hosts), 0)})
     assert node.hosts == tuple(hosts)
     assert node.master_host == hosts[0]
 
 
+@needs_scontrol
 @pytest.mark.parametrize("node_id", [0, 1])
-def test_each_node_knows_its_rank_and_the_same_master(node_id):
-    node = slurm_node(env("node[01-04,07]", 5, node_id))
+def test_each_node_knows_its_rank_and_the_same_master(node_id, slurm_env):
+    node = slurm_node({**slurm_env, **env("node[01-04,07]", 5, node_id)})
     assert node == SlurmNode(nnodes=5, node_rank=node_id, master_host="node01",
                              hosts=("node01", "node02", "node03", "node04", "node07"))
     assert node.hosts[node.node_rank] == f"node0{node_id + 1}"
 
 
-def test_older_variable_names_are_read_when_the_current_ones_are_absent():
+@needs_scontrol
+def test_older_variable_names_are_read_when_the_current_ones_are_absent(slurm_env):
     node = slurm_node({"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1",
-                       "SLURM_NODELIST": "c[7-8]"})
+                       "SLURM_NODELIST": "c[7-8]", **slurm_env})
     assert (node.nnodes, node.node_rank, node.master_host) == (2, 1, "c7")
 
 
@@ -62,16 +68,26 @@ def test_older_variable_names_are_read_when_the_current_ones_are_absent():
     (env("a[1-2]", "2.0", 0), "SLURM_NNODES='2.0' is not a non-negative integer"),
     (env("a[1-2]", 0, 0), "SLURM_NNODES=0 must be at least 1"),
     (env("a[1-2]", 2, 2), "--from-slurm: SLURM_NODEID=2 is out of range for SLURM_NNODES=2"),
-    (env("node[1-", 2, 0), "SLURM_JOB_NODELIST='node[1-' cannot be parsed: unbalanced brackets"),
-    (env("n[3-1]", 2, 0), "SLURM_JOB_NODELIST='n[3-1]' cannot be parsed"),
+    (env("node[1-", 2, 0), "SLURM_JOB_NODELIST='node[1-' cannot be expanded by scontrol show "
+     "hostnames: it gave node]"),
+    (env("n[3-1]", 2, 0), "SLURM_JOB_NODELIST='n[3-1]' cannot be expanded by scontrol show "
+     "hostnames: scontrol: error: _parse_single_range: Invalid range: `3-1'"),
     (env("a[1-3]", 2, 0), "names 3 hosts but SLURM_NNODES=2"),
     (env("a[1-2]", 2, 0, SLURM_LOCALID="1"), "SLURM_LOCALID=1: more than one task on this node"),
 ])
-def test_every_problem_is_one_line_naming_the_variable(environ, line):
+@needs_scontrol
+def test_every_problem_is_one_line_naming_the_variable(environ, line, slurm_env):
     with pytest.raises(UsageError) as err:
-        slurm_node(environ)
+        slurm_node({**slurm_env, **environ})
     message = str(err.value)
     assert line in message and "\n" not in message and message.startswith("--from-slurm: ")
+
+
+def test_without_scontrol_from_slurm_says_so_in_one_line(tmp_path):
+    environ = {**env("node[1-2]", 2, 0), "PATH": str(tmp_path)}  # a PATH without scontrol
+    with pytest.raises(UsageError, match=r"^--from-slurm: Slurm's scontrol is not on PATH; it "
+                       r"expands SLURM_JOB_NODELIST \(install Slurm's client"):
+        slurm_node(environ)
 
 
 def srun_lines(script: str) -> list[list[str]]:
@@ -219,7 +235,8 @@ def test_help_after_the_backend_is_the_sub_command_help(capsys):
     assert "--gpus-per-node" in text and "#!/bin/bash" not in text
 
 
-def test_two_nodes_on_one_host_rehearse_a_run_on_one_machine():
+@needs_scontrol
+def test_two_nodes_on_one_host_rehearse_a_run_on_one_machine(slurm_env):
     for rank in (0, 1):
-        node = slurm_node(env("localhost", 2, rank))
+        node = slurm_node({**slurm_env, **env("localhost", 2, rank)})
         assert (node.nnodes, node.node_rank, node.master_host) == (2, rank, "localhost")

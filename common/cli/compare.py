@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from parbench.base.devices import cpu_count
-from parbench.base.errors import UsageError
+from parbench.base.errors import Unavailable, UsageError
 from parbench.base.files import private_tempdir
 from parbench.launch.config import RunConfig, resolve
 from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
@@ -30,10 +30,15 @@ class Skipped:
 
 
 def choose_backends(names: list[str], framework: str | None) -> list[Backend]:
-    """The named backends (each must be installed), or every installed one."""
+    """The named backends (each must be installed, and of ``framework`` when it is given), or
+    every installed one (of ``framework``)."""
     unknown = [n for n in names if n not in BACKENDS]
     if unknown:
         raise UsageError(f"unknown backend(s) {', '.join(unknown)}; see 'parbench list'")
+    foreign = [n for n in names if framework and BACKENDS[n].framework != framework]
+    if foreign:
+        raise UsageError(f"--framework {framework}, but {', '.join(foreign)} "
+                         f"{'is' if len(foreign) == 1 else 'are'} not of it")
     chosen = [BACKENDS[n] for n in names] or [
         b for b in BACKENDS.values() if b.missing_reason() is None
         and (framework is None or b.framework == framework)]
@@ -57,7 +62,9 @@ def parse_device_counts(text: str) -> list[int]:
 
 def sweep_configs(base: RunConfig, backends: list[Backend],
                   counts: list[int]) -> tuple[list[RunConfig], list[Skipped]]:
-    """Configurations to run, and those this machine or backend cannot run (with why)."""
+    """Configurations to run, and those this machine or backend cannot run (with why); an
+    option that is wrong for one of them (a batch the device count does not divide) is a
+    UsageError, and nothing runs."""
     runnable, skipped = [], []
     for backend in backends:
         for devices in counts:
@@ -66,9 +73,11 @@ def sweep_configs(base: RunConfig, backends: list[Backend],
                 continue  # a single-device backend has nothing to show at N devices
             try:
                 resolve(cfg)
-            except UsageError as err:
+            except Unavailable as err:  # the machine's or the backend's limit: skip, go on
                 skipped.append(Skipped(backend.name, devices, str(err)))
                 continue
+            except UsageError as err:  # the input's own fault: nothing runs
+                raise UsageError(f"{backend.name} x{devices}: {err}") from None
             runnable.append(cfg)
     return runnable, skipped
 

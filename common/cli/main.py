@@ -21,6 +21,7 @@ from .run_command import add_node_options, add_run_options, cmd_run, config_from
 from .slurm import add_slurm_parser
 
 EXIT_USAGE = 2
+REPORT_FORMATS = ("md", "csv", "html")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -123,12 +124,26 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if found.problems else 0
 
 
+def report_format(given: str | None, output: Path | None) -> str:
+    """--format, else the --output file's suffix (.md, .csv, .html), else Markdown; a format
+    that contradicts the file's suffix is refused rather than written into it."""
+    suffix = output.suffix.lstrip(".").lower() if output else ""
+    known = suffix in REPORT_FORMATS
+    if given and known and given != suffix:
+        raise UsageError(f"--format {given} but --output {output} is a .{suffix} file")
+    if given is None and output is not None and not known:
+        raise UsageError(f"--output {output}: say --format {'/'.join(REPORT_FORMATS)}, or "
+                         "name the file .md, .csv or .html")
+    return given or (suffix if known else "md")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     if not Path(args.dir).is_dir():
         raise UsageError(f"no such folder: {args.dir}")
-    records = _valid_records(Path(args.dir), args.strict)
     output = Path(args.output) if args.output else None
-    text = write_report(records, args.format, output, Path(args.plots) if args.plots else None)
+    fmt = report_format(args.format, output)
+    records = _valid_records(Path(args.dir), args.strict)
+    text = write_report(records, fmt, output, Path(args.plots) if args.plots else None)
     if output is None:
         print(text, end="")
     return 0
@@ -181,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="comparison tables, environment and plots of the "
                             "records in a folder")
     report.add_argument("dir")
-    report.add_argument("--format", choices=("md", "csv", "html"), default="md")
+    report.add_argument("--format", choices=REPORT_FORMATS,
+                        help="md (default), csv or html; without it, --output's suffix decides")
     report.add_argument("--output", help="write the report here instead of to stdout (html: "
                         "its plots as PNG files next to it)")
     report.add_argument("--plots", metavar="DIR", help="also write every plot as a PNG file here")

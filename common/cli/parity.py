@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from parbench.base.files import private_tempdir
-from parbench.contract.spec import build_spec, spec_dict
+from parbench.contract.spec import spec_dict
+from parbench.contract.tasks import task_of_model
 from parbench.contract.weights import initial_weights, load_weights, save_weights
 from parbench.launch.config import RunConfig
 from parbench.launch.harness import prepare, run_once
@@ -36,7 +37,7 @@ from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 FORWARD_TOLERANCE = 1e-5  # max |diff| / max |torch value|, fp32
 TRAJECTORY_TOLERANCE = 1e-4  # the same, on losses and weights after 10 SGD steps
 STRATEGY_TOLERANCE = 5e-5  # N devices vs one, same framework: only the reduction order differs
-PARITY_INPUT = (3, 16, 16)  # small images keep the check fast; the graph is the same
+PROBE_CLASSES = 10
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ def relative_difference(reference: np.ndarray, other: np.ndarray) -> float:
 def forward_inputs(model: str, seed: int = 0) -> tuple[dict, dict[str, np.ndarray], np.ndarray]:
     """(spec dict, weights, batch) of a forward case; BatchNorm running statistics are made
     non-trivial so that inference mode actually tests them."""
-    spec = build_spec(model, PARITY_INPUT, 10)
+    task = task_of_model(model)(PROBE_CLASSES)
+    spec = task.spec_for(model, task.probe_input)
     weights = initial_weights(spec, seed)
     rng = np.random.default_rng(seed + 1)
     for name in weights:
@@ -90,7 +92,7 @@ def forward_inputs(model: str, seed: int = 0) -> tuple[dict, dict[str, np.ndarra
             weights[name] = rng.normal(0, 0.2, weights[name].shape).astype(np.float32)
         elif name.endswith("running_var"):
             weights[name] = rng.uniform(0.5, 1.5, weights[name].shape).astype(np.float32)
-    batch = rng.normal(0, 1, (16, *PARITY_INPUT)).astype(np.float32)
+    batch = task.probe_batch(16, rng)
     return spec_dict(spec), weights, batch
 
 

@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from .data import DATASET_NAMES
-from .spec import MODEL_NAMES
+from .spec import MODEL_NAMES, ModelSpec, build_spec
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,20 @@ class Task(ABC):
     # task's own columns are made, for the report's notes
     quality_columns: ClassVar[dict[str, str]]
     quality_note: ClassVar[str]
+    # a small input shape its models accept, for parity's forward checks (fast, same graph)
+    probe_input: ClassVar[tuple[int, ...]]
     # the final evaluation's figures the record keeps besides accuracy and loss, and those
     # each evaluation of the curve keeps
     final_fields: ClassVar[tuple[str, ...]]
     curve_fields: ClassVar[tuple[str, ...]]
+
+    @abstractmethod
+    def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
+        """The spec of a named model of this task for inputs of ``input_shape`` (one row's)."""
+
+    @abstractmethod
+    def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        """``rows`` random inputs of ``probe_input``'s shape, for parity's forward checks."""
 
     def items(self, rows: int) -> int:
         """What ``rows`` training rows count in throughput's unit (one sample each here)."""
@@ -94,6 +104,13 @@ class ImageClassification(Task):
     final_fields: ClassVar[tuple[str, ...]] = ("precision_macro", "recall_macro", "f1_macro",
                                                "confusion_matrix")
     curve_fields: ClassVar[tuple[str, ...]] = ("precision_macro", "recall_macro", "f1_macro")
+    probe_input: ClassVar[tuple[int, ...]] = (3, 16, 16)
+
+    def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
+        return build_spec(model, input_shape, self.classes)
+
+    def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.normal(0, 1, (rows, *self.probe_input)).astype(np.float32)
 
     def eval_counts(self, labels: np.ndarray, outputs: np.ndarray,
                     loss_sum: float) -> np.ndarray:

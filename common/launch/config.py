@@ -13,14 +13,24 @@ from typing import get_args, get_type_hints
 import tomllib
 
 from parbench.base.devices import cpu_count, gpu_count
-from parbench.base.errors import UsageError
+from parbench.base.errors import Unavailable, UsageError
 from parbench.contract.data import DATASET_NAMES, NEEDS_DATA_DIR
 from parbench.contract.optim import OPTIMIZERS, SCHEDULES, OptimizerSpec, scaled_lr
 from parbench.contract.spec import MODEL_NAMES, uses_batchnorm
 from parbench.contract.tasks import task_of_dataset, task_of_model
-from parbench.run.modes import MODES, Modes, refusal
+from parbench.run.modes import MODES, Modes, input_problem, refusal
 from parbench.run.registry import BACKENDS, Backend
 
+from .bounds import (
+    ACCURACY,
+    AT_LEAST_ONE,
+    NON_NEGATIVE,
+    POSITIVE,
+    SEED,
+    UNIT_INTERVAL,
+    bounded,
+    problems,
+)
 from .netns import private_network_unavailable
 from .nodes import Nodes, NodesError, resolve_nodes
 
@@ -37,42 +47,42 @@ OPTIMIZER_DEFAULTS = {
 @dataclass
 class RunConfig:
     backend: str = next(iter(BACKENDS))  # the registry's first framework's single backend
-    devices: int | None = None  # default: 2 for a parallel backend, else 1
+    devices: int | None = bounded(None, AT_LEAST_ONE)  # default: 2 if parallel, else 1
     launcher: str | None = None  # default: the backend's first launcher
     dataset: str = "synthetic"
     data_dir: str | None = None
     model: str = "resnet"
-    epochs: int | None = None  # default 2 when neither epochs nor steps is given
-    steps: int | None = None
-    global_batch: int | None = None  # default 128 when neither batch option is given
-    per_device_batch: int | None = None
+    epochs: int | None = bounded(None, AT_LEAST_ONE)  # default 2 when neither is given
+    steps: int | None = bounded(None, AT_LEAST_ONE)
+    global_batch: int | None = bounded(None, POSITIVE)  # default 128 when neither is given
+    per_device_batch: int | None = bounded(None, POSITIVE)
     optimizer: str = "sgd"  # sgd | adamw (see parbench.contract.optim)
-    lr: float | None = None  # default: OPTIMIZER_DEFAULTS of the optimizer
+    lr: float | None = bounded(None, POSITIVE)  # default: OPTIMIZER_DEFAULTS
     lr_scaling: str = "none"  # none | linear (lr * global_batch / 128)
-    momentum: float | None = None  # sgd (0.9)
-    weight_decay: float | None = None  # default: OPTIMIZER_DEFAULTS of the optimizer
-    beta1: float | None = None  # adamw (0.9)
-    beta2: float | None = None  # adamw (0.999)
-    eps: float | None = None  # adamw (1e-8)
-    clip_grad_norm: float | None = None  # clip the global-batch gradient's norm to this
+    momentum: float | None = bounded(None, UNIT_INTERVAL)  # sgd (0.9)
+    weight_decay: float | None = bounded(None, NON_NEGATIVE)  # default: OPTIMIZER_DEFAULTS
+    beta1: float | None = bounded(None, UNIT_INTERVAL)  # adamw (0.9)
+    beta2: float | None = bounded(None, UNIT_INTERVAL)  # adamw (0.999)
+    eps: float | None = bounded(None, POSITIVE)  # adamw (1e-8)
+    clip_grad_norm: float | None = bounded(None, POSITIVE)  # clip the global gradient's norm
     schedule: str = "cosine"
-    warmup_steps: int = 0
-    seed: int = 0
-    repeats: int = 1
-    threads: int | None = None  # default: cores // processes, at least 1
-    timeout: float = 900.0
-    target_accuracy: float | None = None
+    warmup_steps: int = bounded(0, NON_NEGATIVE)  # at most the run's steps
+    seed: int = bounded(0, SEED)
+    repeats: int = bounded(1, POSITIVE)
+    threads: int | None = bounded(None, AT_LEAST_ONE)  # default: cores // processes
+    timeout: float = bounded(900.0, POSITIVE)
+    target_accuracy: float | None = bounded(None, ACCURACY)
     out: str = "results/runs"
     verbose: bool = False
     isolate_network: str = "auto"  # auto | on | off: the run's processes in a private netns
     profile: bool = False  # split steady steps into phases, run the framework's profiler
     modes: Modes = Modes()  # precision, compile, ...: parbench.run.modes.MODES, flat in files
-    train_subset: int | None = None  # train on the first N training samples
-    nnodes: int = 1  # machines; --devices is then per node (see parbench.launch.nodes)
-    node_rank: int = 0  # this machine's index among them
+    train_subset: int | None = bounded(None, POSITIVE)  # the first N training samples
+    nnodes: int = bounded(1, AT_LEAST_ONE)  # machines; --devices is then per node (nodes.py)
+    node_rank: int = bounded(0, NON_NEGATIVE)  # this machine's index among them
     master: str | None = None  # HOST:PORT of node 0: the rendezvous; PORT+1 parbench's check-in
     ifname: str | None = None  # the collectives' interface (default lo for a loopback master)
-    join_timeout: float = 300.0  # seconds the nodes wait for each other to check in
+    join_timeout: float = bounded(300.0, POSITIVE)  # seconds nodes wait for each other
 
     @classmethod
     def of(cls, **values) -> RunConfig:
@@ -122,11 +132,18 @@ def read_config_file(path: str) -> dict:
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"config file not found: {path}")
+    if file.suffix not in (".toml", ".json"):
+        raise UsageError(f"config file {path}: give a .toml or .json file")
     try:
         text = file.read_text()
         data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
+    except OSError as err:
+        raise UsageError(f"config file {path}: cannot read it ({err.strerror or err})") from None
     except (ValueError, tomllib.TOMLDecodeError) as err:
-        raise UsageError(f"config file {path} is not valid {file.suffix[1:] or 'TOML'}: {err}")
+        raise UsageError(f"config file {path} is not valid {file.suffix[1:].upper()}: "
+                         f"{' '.join(str(err).split())}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"config file {path}: want a table of keys, got {type(data).__name__}")
     known = {f.name for f in fields(RunConfig)} - {"modes"} | set(MODES)
     unknown = sorted(set(data) - known)
     if unknown:
@@ -153,14 +170,12 @@ def _available_devices(backend: Backend) -> tuple[int, str]:
 
 def _world_size(cfg: RunConfig, backend: Backend) -> int:
     devices = cfg.devices if cfg.devices is not None else (2 if backend.parallel else 1)
-    if devices < 1:
-        raise UsageError(f"--devices must be at least 1, got {devices}")
     if devices > 1 and not backend.parallel:
         raise UsageError(f"{backend.name} runs on one device; use --devices 1")
     limit, what = _available_devices(backend)
     if devices > limit:
         hint = f" ({backend.gpu_for_parallel})" if backend.gpu_for_parallel else ""
-        raise UsageError(f"{backend.name}: --devices {devices} but this machine has {limit} "
+        raise Unavailable(f"{backend.name}: --devices {devices} but this machine has {limit} "
                          f"{what}{hint}")
     return devices
 
@@ -169,12 +184,8 @@ def _batches(cfg: RunConfig, world: int, devices_text: str) -> tuple[int, int, s
     if cfg.global_batch is not None and cfg.per_device_batch is not None:
         raise UsageError("give --global-batch or --per-device-batch, not both")
     if cfg.per_device_batch is not None:
-        if cfg.per_device_batch < 1:
-            raise UsageError(f"--per-device-batch must be positive, got {cfg.per_device_batch}")
         return cfg.per_device_batch * world, cfg.per_device_batch, "per-device"
     batch = 128 if cfg.global_batch is None else cfg.global_batch
-    if batch < 1:
-        raise UsageError(f"--global-batch must be positive, got {batch}")
     if batch % world:
         raise UsageError(f"--global-batch {batch} is not divisible by {devices_text}")
     return batch, batch // world, "global"
@@ -198,15 +209,8 @@ def _check_choices(cfg: RunConfig) -> None:
         raise UsageError(f"--dataset {cfg.dataset} needs --data-dir")
     if cfg.data_dir is not None and not os.path.isdir(cfg.data_dir):
         raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory")
-    for value, option in ((cfg.repeats, "--repeats"), (cfg.timeout, "--timeout"),
-                          (cfg.lr, "--lr"), (cfg.eps, "--eps"),
-                          (cfg.clip_grad_norm, "--clip-grad-norm")):
-        if value is not None and value <= 0:
-            raise UsageError(f"{option} must be positive, got {value}")
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
-    if cfg.train_subset is not None and cfg.train_subset < 1:
-        raise UsageError(f"--train-subset must be positive, got {cfg.train_subset}")
 
 
 def _isolation(choice: str, nodes: Nodes | None) -> bool:
@@ -228,15 +232,18 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     if cfg.backend not in BACKENDS:
         raise UsageError(f"unknown backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
     backend = BACKENDS[cfg.backend]
+    found = problems(cfg.as_dict(), fields(RunConfig))
+    if found:
+        raise UsageError(found[0])
     _check_choices(cfg)
     launcher = cfg.launcher or backend.launchers[0]
     if launcher not in backend.launchers:
         why = backend.launcher_refusals.get(launcher)
-        raise UsageError(f"{backend.name} has no launcher {launcher!r}"
+        raise Unavailable(f"{backend.name} has no launcher {launcher!r}"
                          f"{f' ({why})' if why else ''}; it supports "
                          f"{', '.join(backend.launchers)}")
     if cfg.profile and backend.profile_refusal:
-        raise UsageError(f"--profile is not available for {backend.name}: "
+        raise Unavailable(f"--profile is not available for {backend.name}: "
                          f"{backend.profile_refusal}")
     try:
         nodes = resolve_nodes(cfg.nnodes, cfg.node_rank, cfg.master, cfg.ifname,
@@ -254,8 +261,6 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
                          f"combined with --{next(iter(modes.changed())).replace('_', '-')}")
     processes = 1 if backend.one_process else per_node
     threads = cfg.threads if cfg.threads is not None else max(1, cpu_count() // processes)
-    if threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {threads}")
     steps, epochs = cfg.steps, None if cfg.steps is not None else (cfg.epochs or 2)
     if train_size is not None and train_size < global_batch:
         raise UsageError(f"global batch {global_batch} exceeds the {train_size} training "
@@ -264,6 +269,8 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
         steps = epochs * (train_size // global_batch)
     if steps is not None and steps < 1:
         raise UsageError(f"--steps/--epochs must give at least 1 step, got {steps}")
+    if steps is not None and cfg.warmup_steps > steps:
+        raise UsageError(f"--warmup-steps {cfg.warmup_steps} exceeds the run's {steps} steps")
     optimizer = _optimizer(cfg, global_batch)
     return Plan(backend, launcher, world, global_batch, per_device, mode, steps or 0, epochs,
                 threads, optimizer, _isolation(cfg.isolate_network, nodes), cfg.profile, modes,
@@ -271,12 +278,13 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
 
 
 def _modes(cfg: RunConfig, backend: Backend, devices: int, per_device_batch: int) -> Modes:
-    modes = cfg.modes
-    why = refusal(backend, modes, gpu_count(), uses_batchnorm(cfg.model), devices,
-                  per_device_batch)
+    wrong = input_problem(cfg.modes, uses_batchnorm(cfg.model), per_device_batch)
+    if wrong:
+        raise UsageError(wrong)
+    why = refusal(backend, cfg.modes, gpu_count(), devices)
     if why:
-        raise UsageError(why)
-    return modes
+        raise Unavailable(why)
+    return cfg.modes
 
 
 def optimizer_settings(cfg: RunConfig) -> dict:
@@ -289,9 +297,6 @@ def optimizer_settings(cfg: RunConfig) -> dict:
                                  f"{name}, not of {cfg.optimizer}")
     settings = {key: default if getattr(cfg, key) is None else getattr(cfg, key)
                 for key, default in defaults.items()}
-    for key in ("beta1", "beta2"):
-        if key in settings and not 0 <= settings[key] < 1:
-            raise UsageError(f"--{key} must be in [0, 1), got {settings[key]}")
     return settings
 
 

@@ -17,10 +17,10 @@ from parbench.base.files import private_tempdir
 from parbench.base.ports import free_port
 from parbench.contract.batches import steps_per_epoch
 from parbench.contract.data import Dataset, DatasetError, load_dataset
-from parbench.contract.spec import ModelSpec, build_spec, sha256_of, spec_dict
+from parbench.contract.spec import ModelSpec, sha256_of, spec_dict
 from parbench.contract.tasks import Task, task_of_model
 from parbench.contract.weights import initial_weights, save_weights
-from parbench.results.metrics import aggregate, warmup_steps
+from parbench.results.metrics import aggregate, divergence, warmup_steps
 from parbench.results.records import SCHEMA_VERSION, name_of
 from parbench.results.samples import input_metrics
 from parbench.run.job import Job
@@ -91,14 +91,14 @@ def prepare(cfg: RunConfig, shared: Path) -> Prepared:
     if cfg.train_subset is not None:
         dataset = _train_subset(dataset, cfg.train_subset)
     plan = resolve(cfg, len(dataset.y_train))
+    task = task_of_model(cfg.model)(dataset.num_classes)
     try:  # e.g. a vit patch that does not divide the dataset's images
-        spec = build_spec(cfg.model, dataset.input_shape, dataset.num_classes)
+        spec = task.spec_for(cfg.model, dataset.input_shape)
     except ValueError as err:
         raise UsageError(str(err)) from None
     (shared / "data").mkdir(parents=True, exist_ok=True)
     dataset.save(shared / "data")
     save_weights(shared / "weights.npz", initial_weights(spec, cfg.seed))
-    task = task_of_model(cfg.model)(dataset.num_classes)
     return Prepared(cfg, plan, dataset, task, spec, spec_hash(spec, dataset, plan, cfg), shared)
 
 
@@ -147,13 +147,14 @@ def _profile_steps(prepared: Prepared) -> list[int] | None:
 class Execution:
     """How this node's part of a run went, before it becomes a record."""
 
-    status: str  # ok | failed | timeout: the whole run's, on several nodes
+    status: str  # ok | failed | timeout | diverged: the whole run's, on several nodes
     error: str | None
     logs: list[RankLog] | None  # the rank files this node reads: every rank's on node 0
     launch: float  # time.time() at the start
     duration: float
     load: dict  # load_env() over the run
     workdir: Path
+    diverged: dict | None = None  # where the loss stopped being finite (metrics.divergence)
 
 
 def execute(prepared: Prepared, workdir: Path, repeat: int,
@@ -179,10 +180,16 @@ def execute(prepared: Prepared, workdir: Path, repeat: int,
     logs = _rank_logs(workdir, _ranks_here(plan)) if status == "ok" else None
     error = None if logs else failure(status, code, plan, prepared.cfg, workdir, link)
     status = "ok" if logs else ("timeout" if status == "timeout" else "failed")
+    # every rank stopped at the same step (loop.all_finite); node 0, which has every rank's
+    # log, says so for the run
+    diverged = divergence(logs) if logs and not (plan.nodes and plan.nodes.node_rank) else None
+    if diverged:
+        status, error = "diverged", (f"diverged at step {diverged['step']}: rank "
+                                     f"{diverged['rank']}'s loss was {diverged['loss']}")
     if link:
         status, error = link.finish(status, error, first_failure_time(workdir))
-    return Execution(status, error, logs if status == "ok" else None, launch, duration, load,
-                     workdir)
+    kept = logs if status in ("ok", "diverged") else None  # a diverged run ran: its facts stay
+    return Execution(status, error, kept, launch, duration, load, workdir, diverged)
 
 
 def _ranks_here(plan: Plan) -> range:
@@ -210,7 +217,7 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
     with private_tempdir("parbench-run-") as tmp:
         run = execute(prepared, Path(tmp), repeat, save_weights_to)
         fed = None
-        if run.logs:
+        if run.status == "ok":
             fed = input_metrics(run.workdir, run.logs, plan.modes.input, prepared.cfg.seed,
                                 plan.global_batch, len(prepared.dataset.y_train))
             if save_weights_to is not None:
@@ -218,7 +225,7 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
     record = _record(prepared, repeat, run)
     if fed is not None:
         record["metrics"]["input"] = fed
-    if run.logs and plan.profile:  # the ranks' figures become the profile document and summary
+    if run.status == "ok" and plan.profile:  # the ranks' figures: the profile file, summary
         attach(record, name_of(record), [(log.rank, log.profile) for log in run.logs])
     return record
 
@@ -236,8 +243,7 @@ def _record(prepared: Prepared, repeat: int, run: Execution) -> dict:
                      "nccl_version": described.get("nccl_version")}
     extra = {k: v for k, v in described.items() if k not in framework_env and k != "notes"}
     metrics = aggregate(logs, prepared.task, plan.global_batch, run.launch,
-                        cfg.target_accuracy) \
-        if logs else None
+                        cfg.target_accuracy) if run.status == "ok" else None
     return {
         "schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -257,4 +263,5 @@ def _record(prepared: Prepared, repeat: int, run: Execution) -> dict:
                 "network_isolated": plan.isolate_network, "allocator": allocator_env(),
                 **run.load},
         "duration_s": run.duration, "notes": described.get("notes", []),
+        **({"diverged": run.diverged} if run.diverged else {}),
     }

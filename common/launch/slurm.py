@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import hostlist
 
 from parbench.base.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
+SCONTROL_TIMEOUT_S = 30
 # What the script sets on the srun line; the same option among the run options would clash.
 SET_BY_SCRIPT = ("--nnodes", "--node-rank", "--master", "--from-slurm", "--master-port")
 _UNDER_SRUN = "run it under srun, one task per node"
@@ -52,10 +53,10 @@ def _count(name: str, value: str) -> int:
 def slurm_node(environ: Mapping[str, str]) -> SlurmNode:
     """This node's place in the job, from the variables srun sets for each task.
 
-    The nodelist is expanded the way ``scontrol show hostnames`` does (``node[01-04,07]`` is
-    node01..node04 and node07), by python-hostlist rather than a parser of our own; its first
-    host is the master (the usual ``scontrol show hostnames | head -n1``). Every node reads
-    the same variables, so all agree on the master without talking to each other.
+    The nodelist is expanded by Slurm's own ``scontrol show hostnames`` (``node[01-04,07]`` is
+    node01..node04 and node07); its first host is the master (the usual ``scontrol show
+    hostnames | head -n1``). Every node reads the same variables, so all agree on the master
+    without talking to each other.
     """
     nnodes_name, nnodes_text = _first_set(environ, "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
     nnodes = _count(nnodes_name, nnodes_text)
@@ -72,17 +73,36 @@ def slurm_node(environ: Mapping[str, str]) -> SlurmNode:
         raise UsageError(f"--from-slurm: SLURM_LOCALID={local}: more than one task on this "
                          f"node; {_UNDER_SRUN} (srun --ntasks-per-node=1)")
     list_name, nodelist = _first_set(environ, "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-    try:
-        hosts = tuple(hostlist.expand_hostlist(nodelist))  # repeated names are dropped
-    except hostlist.BadHostlist as err:
-        problem = f"--from-slurm: {list_name}={nodelist!r} cannot be parsed: {err}"
-        raise UsageError(problem) from None
+    hosts = expand_nodelist(list_name, nodelist, environ)
     # Fewer hosts than nodes is fine: only the first is needed (every node meets node 0
     # there), and several "nodes" on one host is how a run is rehearsed on one machine.
     if len(hosts) > nnodes:
         raise UsageError(f"--from-slurm: {list_name}={nodelist!r} names {len(hosts)} hosts "
                          f"but {nnodes_name}={nnodes}")
     return SlurmNode(nnodes=nnodes, node_rank=node_rank, master_host=hosts[0], hosts=hosts)
+
+
+def expand_nodelist(name: str, nodelist: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The hosts of a Slurm nodelist, in order, each once, as ``scontrol show hostnames``
+    (present wherever srun runs a job; it expands a list locally, without a controller) gives
+    them. scontrol reports a list it cannot read on stderr with exit code 0, or passes a broken
+    bracket through, so both count as failures here."""
+    scontrol = shutil.which("scontrol", path=environ.get("PATH"))
+    if scontrol is None:
+        raise UsageError(f"--from-slurm: Slurm's scontrol is not on PATH; it expands {name} "
+                         "(install Slurm's client, e.g. Debian's slurm-client)")
+    try:
+        done = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True,
+                              text=True, timeout=SCONTROL_TIMEOUT_S, env=dict(environ))
+    except (OSError, subprocess.SubprocessError) as err:
+        raise UsageError(f"--from-slurm: scontrol show hostnames failed: {err}") from None
+    hosts = tuple(dict.fromkeys(done.stdout.split()))  # repeated names are dropped
+    said = " ".join(done.stderr.split())
+    if done.returncode or said or not hosts or any(c in h for h in hosts for c in "[]"):
+        why = said or f"it gave {' '.join(hosts) or 'no host'}"
+        raise UsageError(f"--from-slurm: {name}={nodelist!r} cannot be expanded by scontrol "
+                         f"show hostnames: {why}")
+    return hosts
 
 
 def _given(run_args: list[str], option: str) -> bool:

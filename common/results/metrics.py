@@ -3,6 +3,8 @@ rank, throughput, the evaluations, what the modes did, memory, per node)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from parbench.contract.tasks import Task
@@ -80,3 +82,14 @@ def _node_entry(logs: list[RankLog], first_steady: int) -> dict:
             "step_time_ms": _percentiles(step_s),
             "score_s": None if None in scores else max(scores),
             "data_wait_ms": float(np.mean(waits)) * 1000 if waits else None}
+
+
+def divergence(logs: list[RankLog]) -> dict | None:
+    """Where a run stopped because a loss was not finite: the step (every rank stopped there),
+    the first rank whose loss it was and that loss (as text: JSON has no NaN); None when the
+    run trained to its end."""
+    stopped = [log for log in logs if log.diverged_step is not None]
+    if not stopped:
+        return None
+    first = next(log for log in stopped if not math.isfinite(log.losses[-1]))
+    return {"step": first.diverged_step, "rank": first.rank, "loss": repr(first.losses[-1])}

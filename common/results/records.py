@@ -16,17 +16,18 @@ from parbench.run.modes import modes_schema
 from parbench.run.profiling import SUFFIX
 from parbench.run.registry import FRAMEWORKS
 
-SCHEMA_VERSION = 5  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+SCHEMA_VERSION = 6  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
 # 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix;
 # 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits);
-# 5: nnodes, node_rank (the writer), hosts (per rank), metrics.nodes (step time per node).
+# 5: nnodes, node_rank (the writer), hosts (per rank), metrics.nodes (step time per node);
+# 6: status diverged, with diverged (the step, rank and loss where training stopped).
 # Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
 # from the contract's arrays).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
 SCHEMA["properties"]["framework"] = {"enum": list(FRAMEWORKS)}  # the registry's, not a copy
 SCHEMA["properties"]["modes"], _MODE_RULES = modes_schema(SCHEMA_VERSION)  # from MODES
 SCHEMA["allOf"] += _MODE_RULES
-STATUSES = ("ok", "failed", "timeout")
+STATUSES = ("ok", "failed", "timeout", "diverged")
 BUSY_LOAD_PER_CORE = 0.5  # a run that starts with more load than this per core is noisy
 # Where a record goes when --out cannot take it: /dev/shm is memory, so a full disk does not
 # stop it.

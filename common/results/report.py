@@ -38,6 +38,12 @@ ENVIRONMENT = ("spec", *RUN_KEY, "runs", "python", "OS", "CPU", "cores", "thread
                "framework", "version", "device names", "CUDA", "NCCL", "git commit")
 PROFILES = (*KEY, "status", "runs", "forward ms", "backward ms", "optimizer ms",
             "communication ms", "step ms", "top ops (ms/step)")
+DIVERGED = (*KEY, "repeats", "at step", "rank", "loss", "lr")
+DIVERGED_NOTE = (
+    "Runs whose training loss became NaN or infinite: each stopped at that step, on every rank "
+    "together, with status diverged; they have no speed or accuracy figures and appear in no "
+    "other table. at step: the 0-based step of each repeat; rank: the first rank whose loss "
+    "was not finite; loss: that loss.")
 PROFILE_NOTES = [
     "Runs made with --profile, kept out of every other table: the profiler's overhead is in "
     "their times. Per backend x devices: medians over the ok repeats of the slowest rank's "
@@ -175,6 +181,9 @@ def _headline(group: Group) -> Table:
     table = _table(group.title, headline_columns(group.rows),
                    [row.cells | extra for row, extra in best], _marks([row for row, _ in best]))
     table.notes += warnings(group.rows) or ["No noisy or failed cells."]
+    if group.diverged:
+        table.notes.append("Diverged, in no table but Diverged runs: "
+                           + ", ".join(row.label for row in group.diverged) + ".")
     return table
 
 
@@ -220,7 +229,7 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
     the headline, each spec's tables (Per node only where a run spanned nodes), the profiled
     runs' phases (kept out of every other
     table), how the figures are made, the environment."""
-    records = sum(len(row.runs) for g in groups for row in [*g.rows, *g.profiles])
+    records = sum(len(row.runs) for g in groups for row in g.all_rows)
     intro = [f"{records} record(s) of {len(groups)} spec(s)."]
     if len(groups) > 1:
         intro.append(f"The records hold {len(groups)} different specs (spec_sha256): runs of "
@@ -237,6 +246,11 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
                _marks(g.rows)),
         *_per_node(g)])
         for g in plain]
+    diverged = [g for g in groups if g.diverged]
+    if diverged:
+        sections.append(Section("Diverged runs", None, [
+            _table(g.title, DIVERGED, [row.cells for row in g.diverged]) for g in diverged],
+            [DIVERGED_NOTE]))
     profiled = [g for g in groups if g.profiles]
     if profiled:
         sections.append(Section("Profiles", None, [

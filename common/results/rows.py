@@ -130,8 +130,13 @@ class Group:
     sha: str
     title: str
     task: type[Task]  # every run of a spec trains the same model, so learns the same task
-    rows: list[Row]  # plain runs only
+    rows: list[Row]  # plain runs that did not diverge
     profiles: list[Row] = field(default_factory=list)  # --profile runs: profile cells only
+    diverged: list[Row] = field(default_factory=list)  # runs whose loss stopped being finite
+
+    @property
+    def all_rows(self) -> list[Row]:
+        return [*self.rows, *self.profiles, *self.diverged]
 
 
 def _status(runs: list[dict]) -> str:
@@ -262,6 +267,20 @@ def _profile_cells(row: Row) -> dict[str, Cell]:
                                            for op in top) or None}
 
 
+def _diverged(record: dict) -> bool:
+    """A run whose loss stopped being finite: it has no figures, only where it stopped."""
+    return record["status"] == "diverged"
+
+
+def _diverged_cells(row: Row) -> dict[str, Cell]:
+    """Each repeat's step, rank and loss where training stopped, and the run's lr."""
+    stops = [r["diverged"] for r in row.runs]
+    return {**_key_cells(row), "repeats": len(row.runs),
+            "at step": [stop["step"] for stop in stops],
+            "rank": [stop["rank"] for stop in stops], "loss": [stop["loss"] for stop in stops],
+            "lr": row.runs[0]["lr"]}
+
+
 def _rows(records: list[dict]) -> list[Row]:
     """One row per backend x devices x launcher x nodes x modes, in report order, repeats in
     order."""
@@ -282,7 +301,7 @@ def build_groups(records: list[dict]) -> list[Group]:
         by_spec[r["spec_sha256"]].append(r)
     groups = []
     for sha in sorted(by_spec):
-        rows = _rows([r for r in by_spec[sha] if not is_profiled(r)])
+        rows = _rows([r for r in by_spec[sha] if not is_profiled(r) and not _diverged(r)])
         for row in rows:
             row.cells = _cells(row)
         for row in rows:
@@ -290,9 +309,12 @@ def build_groups(records: list[dict]) -> list[Group]:
         profiles = _rows([r for r in by_spec[sha] if is_profiled(r)])
         for row in profiles:
             row.cells = _profile_cells(row)
-        runs = [r for row in [*rows, *profiles] for r in row.runs]
-        groups.append(Group(sha, _title(sha, runs), task_of_model(runs[0]["model"]), rows,
-                            profiles))
+        diverged = _rows([r for r in by_spec[sha] if _diverged(r) and not is_profiled(r)])
+        for row in diverged:
+            row.cells = _diverged_cells(row)
+        group = Group(sha, "", task_of_model(by_spec[sha][0]["model"]), rows, profiles, diverged)
+        group.title = _title(sha, [r for row in group.all_rows for r in row.runs])
+        groups.append(group)
     return groups
 
 
@@ -305,7 +327,7 @@ def environment_rows(groups: list[Group]) -> list[dict[str, Cell]]:
     """One row per distinct environment of a backend x devices x launcher, counting its runs."""
     rows: dict[tuple, dict[str, Cell]] = {}
     for group in groups:
-        for row in [*group.rows, *group.profiles]:
+        for row in group.all_rows:
             for r in row.runs:
                 env = r["env"]
                 names = ", ".join(f"{n}x {name}" for name, n in Counter(env["device_names"])

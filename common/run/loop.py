@@ -11,6 +11,7 @@ the harness aggregates those files into the run's record. With ``--profile``, th
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import signal
@@ -100,6 +101,7 @@ class RankLog:
     input: dict | None = None  # FeedLog.write(): what fed the steps, epochs, waits
     host: str = ""  # the machine's host name
     node: int = 0  # the node of a multi-node run
+    diverged_step: int | None = None  # the step after which training stopped: a loss not finite
 
 
 def inject_test_fault(rank: int, step: int) -> None:
@@ -219,11 +221,25 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
         log.losses.append(float(loss))
         train_s += elapsed
         progress.update(index + 1)
+        if not all_finite(strategy, log.losses[-1]):
+            log.diverged_step = index  # no evaluation of a model gone non-finite
+            break
         if batch.epoch_end or index == total - 1:
             log.evals.append(evaluate_test_set(strategy, data, job.task, index, train_s))
-    progress.update(total, force=True)
+    progress.update(len(log.step_s), force=True)
     log.profile = session.result() if session else None
     return finish_rank_log(job, strategy, log, fed)
+
+
+def all_finite(strategy: Strategy, loss: float) -> bool:
+    """Whether this step's loss is finite on every process (a NaN or infinite gradient shows
+    here one step later, in the loss of the weights it made). The processes decide together,
+    so all of them stop at the same step: a rank that left alone would leave its peers waiting
+    in the next gradient all-reduce. One process decides alone, at no cost."""
+    bad = np.array([0.0 if math.isfinite(loss) else 1.0])
+    if strategy.num_processes > 1:
+        bad = strategy.all_reduce_sum(bad)
+    return not bad[0]
 
 
 def finish_rank_log(job: Job, strategy: Strategy, log: RankLog, fed: FeedLog) -> RankLog:

@@ -8,7 +8,8 @@ name, its column in the report (and in the headline), its entry in the record sc
 check that it took effect. Adding a mode is one entry here plus the framework code that
 implements it (and a refusal in parbench.run.registry where a framework cannot).
 
-Each mode is refused up front where a framework cannot do it (one line, exit 2: ``refusal``),
+Each mode is refused up front where a framework cannot do it (one line, exit 2: ``refusal``;
+a value or combination wrong in itself: ``input_problem``),
 and proven to have taken effect once it runs: after the first step every rank reports what it
 observed (``Observed``), and ``check_observed`` fails the run when that contradicts the request.
 Several of these modes are silent no-ops when misused (Paddle AMP on CPU, torch.compile around
@@ -223,7 +224,10 @@ def modes_schema(version: int) -> tuple[dict, list[dict]]:
     carried it up to ``version``, the current one."""
     entry = {"type": "object",
              "required": [m.name for m in MODES.values() if m.since == FIRST_SCHEMA],
-             "properties": {m.name: m.schema() for m in MODES.values()}}
+             "properties": {m.name: m.schema() for m in MODES.values()},
+             # a mode this parbench does not know (a newer one's): an invalid record, skipped
+             # by the report with a line, rather than a crash where the modes are read
+             "additionalProperties": False}
     later = sorted({m.since for m in MODES.values() if m.since > FIRST_SCHEMA})
     rules = [{"if": {"properties": {"schema_version": {"enum": list(range(since, version + 1))}}},
               "then": {"properties": {"modes": {"required": [
@@ -231,15 +235,26 @@ def modes_schema(version: int) -> tuple[dict, list[dict]]:
     return entry, rules
 
 
-def refusal(backend: Backend, modes: Modes, gpus: int, has_batchnorm: bool, devices: int,
-            per_device_batch: int) -> str | None:
-    """Why ``backend`` cannot run ``modes`` here (one line for a UsageError), or None: a value
-    out of its mode's range, a mode the framework refuses (on CPU), or a combination that
-    cannot work."""
+def input_problem(modes: Modes, has_batchnorm: bool, per_device_batch: int) -> str | None:
+    """What is wrong with the modes asked for in themselves (one line for a UsageError), or
+    None: a value out of its mode's range, or a combination that cannot work anywhere."""
     for name, value in modes.as_dict().items():
         problem = MODES[name].problem(value)
         if problem:
             return problem
+    if modes.sync_bn and not has_batchnorm:
+        return "--sync-bn needs a model with BatchNorm (resnet), this one has none"
+    if modes.loader_workers and modes.input != "native":
+        return "--loader-workers needs --input native (the arrays feed has no loader)"
+    if per_device_batch % modes.grad_accum:
+        return (f"--grad-accum {modes.grad_accum} does not divide the per-device batch "
+                f"{per_device_batch}")
+    return None
+
+
+def refusal(backend: Backend, modes: Modes, gpus: int, devices: int) -> str | None:
+    """Why ``backend`` cannot run ``modes`` on ``devices`` devices here (the framework refuses
+    a mode, or does it on GPUs only), or None."""
     if modes.sync_bn and devices == 1:
         return ("--sync-bn needs several devices: one device has no other BatchNorm "
                 "statistics to synchronize")
@@ -254,13 +269,6 @@ def refusal(backend: Backend, modes: Modes, gpus: int, has_batchnorm: bool, devi
         if {first, second} <= asked and not gpus:
             return (f"{_spelled(modes, first)} with {_spelled(modes, second)} is not available "
                     f"for {backend.name} without GPUs: {why}")
-    if modes.sync_bn and not has_batchnorm:
-        return "--sync-bn needs a model with BatchNorm (resnet), this one has none"
-    if modes.loader_workers and modes.input != "native":
-        return "--loader-workers needs --input native (the arrays feed has no loader)"
-    if per_device_batch % modes.grad_accum:
-        return (f"--grad-accum {modes.grad_accum} does not divide the per-device batch "
-                f"{per_device_batch}")
     return None
 
 
