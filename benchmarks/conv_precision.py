@@ -7,7 +7,8 @@ dtype, in torch or TensorFlow (one framework per process).
 
 Prints the median of ``--repeats`` timed calls (after one untimed call) in ms. Measured here
 (2 Intel Xeon vCPUs with AVX-512 FP16 and BF16): the fp16 forward within about 2x of fp32, the
-fp16 backward 50 to 80 times slower, in both frameworks (README, "Modes, every framework").
+fp16 backward 50 to 80 times slower, in both frameworks (docs/results.md, "Modes, every
+framework").
 """
 
 from __future__ import annotations

@@ -1,16 +1,24 @@
-"""Bad input: one clear line, exit code 2, and no record written. Plus list and check."""
+"""Bad input: one clear line, exit code 2, and no record written (end to end through the CLI,
+and each value check in-process, where resolve imports no framework). Plus list and check."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import parbench, write_cifar
 from parbench.base.devices import gpu_count
+from parbench.base.errors import UsageError
+from parbench.cli.compare import sweep_configs
+from parbench.cli.main import build_parser, report_format
+from parbench.cli.run_command import config_from_args
+from parbench.launch.config import RunConfig, read_config_file, resolve
 from parbench.run.registry import BACKENDS
 
 
@@ -119,3 +127,102 @@ def test_check_reports_every_problem(tmp_path):
     assert "broken.json" in result.stdout and "'great' is not one of" in result.stdout
     assert "garbage.json: not readable JSON" in result.stdout
     assert_refused(parbench("check", str(tmp_path / "nope")), tmp_path / "nope", "no such folder")
+
+
+def resolved(*argv: str):
+    """What 'parbench run ARGV' resolves to, in this process (resolve loads no data and
+    imports no framework): the plan, or the UsageError a user would see."""
+    args = build_parser().parse_args(["run", *argv])
+    return resolve(config_from_args(args), train_size=4096)
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["--epochs", "0"], "--epochs must be at least 1, got 0"),
+    (["--steps", "0"], "--steps must be at least 1, got 0"),
+    (["--lr", "nan"], "--lr must be a finite number, got nan"),
+    (["--lr", "inf"], "--lr must be a finite number, got inf"),
+    (["--lr", "-0.1"], "--lr must be positive, got -0.1"),
+    (["--target-accuracy", "1.5"], "--target-accuracy must be in (0, 1], got 1.5"),
+    (["--target-accuracy", "-1"], "--target-accuracy must be in (0, 1], got -1.0"),
+    (["--warmup-steps", "-5"], "--warmup-steps must be 0 or more, got -5"),
+    (["--steps", "10", "--warmup-steps", "11"], "--warmup-steps 11 exceeds the run's 10 steps"),
+    (["--momentum", "2"], "--momentum must be in [0, 1), got 2.0"),
+    (["--weight-decay", "-1"], "--weight-decay must be 0 or more, got -1.0"),
+    (["--seed", "-1"], "--seed must be in [0, 2147483647], got -1"),
+    (["--timeout", "nan"], "--timeout must be a finite number, got nan"),
+    (["--repeats", "0"], "--repeats must be positive, got 0"),
+    (["--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--join-timeout=-inf"], "--join-timeout must be a finite number, got -inf"),
+    (["--clip-grad-norm", "nan"], "--clip-grad-norm must be a finite number, got nan"),
+    (["--optimizer", "adamw", "--beta2", "1"], "--beta2 must be in [0, 1), got 1.0"),
+    (["--optimizer", "adamw", "--eps", "inf"], "--eps must be a finite number, got inf"),
+    (["--grad-accum", "0"], "--grad-accum must be at least 1, got 0"),
+    (["--model", "mlp", "--sync-bn"],
+     "--sync-bn needs a model with BatchNorm (resnet), this one has none"),
+    (["--train-subset", "0"], "--train-subset must be positive, got 0"),
+    (["--node-rank", "-1"], "--node-rank must be 0 or more, got -1"),
+])
+def test_every_number_is_checked_for_range_and_finiteness(argv, line):
+    with pytest.raises(UsageError) as refused:
+        resolved("torch-single", *argv)
+    assert str(refused.value) == line
+
+
+@pytest.mark.parametrize("argv", [["--warmup-steps", "10", "--steps", "10"],
+                                  ["--target-accuracy", "1"], ["--momentum", "0"],
+                                  ["--weight-decay", "0"], ["--seed", "2147483647"]])
+def test_the_edges_of_each_range_are_accepted(argv):
+    assert resolved("torch-single", *argv).backend.name == "torch-single"
+
+
+def test_nan_from_a_config_file_is_refused_like_the_flag(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text("lr = nan\n")
+    out = tmp_path / "runs"
+    result = parbench("run", "torch-single", "--config", str(config), "--out", str(out))
+    assert_refused(result, out, "--lr must be a finite number, got nan")
+
+
+@pytest.mark.parametrize("name,text,fragment", [
+    ("run.yaml", "lr: 0.1\n", "give a .toml or .json file"),
+    ("run.json", "[1, 2]", "want a table of keys, got list"),
+    ("run.json", "{", "is not valid JSON"),
+    ("run.toml", "lr = ", "is not valid TOML"),
+])
+def test_a_config_file_parbench_cannot_read_is_one_line(tmp_path, name, text, fragment):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        read_config_file(str(tmp_path / name))
+
+
+@pytest.mark.parametrize("given,output,fmt", [(None, "r.html", "html"), (None, "r.CSV", "csv"),
+                                              (None, None, "md"), ("csv", "r.csv", "csv"),
+                                              ("md", None, "md")])
+def test_the_report_format_follows_the_output_suffix(given, output, fmt):
+    assert report_format(given, Path(output) if output else None) == fmt
+
+
+@pytest.mark.parametrize("given,output,fragment", [
+    ("md", "r.html", "--format md but --output r.html is a .html file"),
+    (None, "r.txt", "--output r.txt: say --format md/csv/html"),
+])
+def test_a_report_format_that_contradicts_the_output_is_refused(given, output, fragment):
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        report_format(given, Path(output))
+
+
+def test_compare_refuses_a_backend_outside_its_framework(tmp_path):
+    out = tmp_path / "runs"
+    result = parbench("compare", "torch-ddp", "--framework", "paddle", "--out", str(out))
+    assert_refused(result, out, "--framework paddle, but torch-ddp is not of it")
+
+
+def test_compare_refuses_an_option_one_configuration_cannot_take(tmp_path):
+    """The batch cannot be split over 2 devices: that is the input's fault, not the machine's,
+    so nothing runs (before, the 2-device runs were skipped and the sweep exited 0)."""
+    base = RunConfig(global_batch=33)
+    with pytest.raises(UsageError, match=r"^torch-ddp x2: --global-batch 33 is not divisible"):
+        sweep_configs(base, [BACKENDS["torch-ddp"]], [1, 2])
+    runnable, skipped = sweep_configs(RunConfig(), [BACKENDS["torch-ddp"]], [1, 10_000])
+    assert [cfg.devices for cfg in runnable] == [1]  # the machine's limit: skipped, not refused
+    assert "--devices 10000 but this machine has" in skipped[0].reason

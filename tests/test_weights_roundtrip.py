@@ -1,5 +1,5 @@
 """Canonical weights -> each framework's model -> canonical export is bit-identical: same names,
-dtypes, shapes and bits, for every framework and model kind (the README's promise).
+dtypes, shapes and bits, for every framework and model kind (docs/contract.md, "initial weights").
 
 The parity checks compare within tolerances, so a lossy load could hide under them: a kernel
 transposed where it is square (OIHW 8x8x3x3 read as IOHW keeps its shape), a float16 detour,

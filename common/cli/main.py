@@ -1,4 +1,4 @@
-"""The ``parbench`` command: list, run, check, report."""
+"""The ``parbench`` command: list, run, compare, check, report, parity and slurm."""
 
 from __future__ import annotations
 

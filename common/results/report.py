@@ -261,7 +261,7 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
     return "parbench report", intro, sections
 
 
-def _markdown_table(table: Table) -> list[str]:
+def markdown_table(table: Table) -> list[str]:
     # a record's '|' or newline would otherwise break the table
     rows = [[c.replace("|", "\\|").replace("\n", " ") for c in row] for row in table.rows]
     return [f"### {table.caption}",
@@ -274,7 +274,7 @@ def to_markdown(title: str, intro: list[str], sections: list[Section]) -> str:
     for section in sections:
         parts += [f"## {section.heading}", *section.notes]
         for table in section.tables:
-            parts += _markdown_table(table)
+            parts += markdown_table(table)
     return "\n\n".join(parts) + "\n"
 
 
