@@ -73,9 +73,12 @@ from parbench.contract.optim import AdamWReference, OptimizerSpec, clip_coeffici
 from parbench.cli.parity import forward_inputs, relative_difference
 from parbench.contract.spec import build_spec, parameters, spec_from_dict
 from parbench.contract.weights import initial_weights
+from functools import partial
+from parbench.contract.tasks import ImageClassification
 from parbench.frameworks.jax.model import (apply, evaluate, export_weights, loss_fn,
                                            split_weights)
 from parbench.frameworks.jax.optim import clip, make_optimizer
+from parbench.frameworks.jax.tasks import for_task
 
 f32 = np.float32
 rng = np.random.default_rng(0)
@@ -237,13 +240,16 @@ def loss_and_evaluate():
     spec = spec_from_dict(spec_d)
     params, stats = split_weights(spec, weights)
     y = rng.integers(0, 10, len(x))
-    loss, new_stats = jax.jit(loss_fn, static_argnums=(0,))(spec, params, stats, x, y)
+    task = for_task(ImageClassification(10))
+    loss, new_stats = jax.jit(partial(loss_fn, task=task), static_argnums=(0,))(
+        spec, params, stats, x, y)
     logits, _ = apply_jit(spec, params, stats, x, True)
     z = np.asarray(logits, np.float64)
     log_probs = z - z.max(1, keepdims=True)
     log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
     expected = -log_probs[np.arange(len(y)), y].mean()
-    pred, loss_sum = jax.jit(evaluate, static_argnums=(0,))(spec, params, stats, x, y)
+    pred, loss_sum = jax.jit(partial(evaluate, task=task), static_argnums=(0,))(
+        spec, params, stats, x, y)
     eval_logits, _ = apply_jit(spec, params, stats, x, False)
     ze = np.asarray(eval_logits, np.float64)
     ze = ze - ze.max(1, keepdims=True)
@@ -326,14 +332,18 @@ import numpy as np, jax, jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 from parbench.cli.parity import forward_inputs, relative_difference
 from parbench.contract.spec import spec_from_dict
+from functools import partial
+from parbench.contract.tasks import ImageClassification
 from parbench.frameworks.jax.model import apply, loss_fn, split_weights
+from parbench.frameworks.jax.tasks import for_task
 
 assert jax.device_count() == 2
 spec_d, weights, x = forward_inputs("resnet")
 spec = spec_from_dict(spec_d)
 params, stats = split_weights(spec, weights)
 y = np.random.default_rng(3).integers(0, 10, len(x))
-grad = jax.grad(loss_fn, argnums=1, has_aux=True)
+grad = jax.grad(partial(loss_fn, task=for_task(ImageClassification(10))), argnums=1,
+                has_aux=True)
 one_logits, one_stats = jax.jit(apply, static_argnums=(0, 4))(spec, params, stats, x, True)
 one_grads, _ = jax.jit(grad, static_argnums=(0,))(spec, params, stats, x, y)
 

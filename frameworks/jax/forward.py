@@ -25,6 +25,8 @@ def configure() -> None:
 
 def main(request_path: str) -> None:
     configure()
+    # imported only now: jax reads JAX_PLATFORMS and JAX_ENABLE_X64 when imported (its
+    # backend XLA_FLAGS and PJRT_NPROC when it starts), so configure() goes first
     import jax
     import numpy as np
 

@@ -1,22 +1,15 @@
 """The spec's models as pure JAX functions over the canonical weights (no flax, no optax).
 
-Parameters are a flat dict keyed by the canonical names in the canonical layouts (conv kernels
-OIHW, dense kernels [out, in]) and activations are NCHW, like torch's: convolutions are
-``lax.conv_general_dilated`` with dimension numbers ("NCHW", "OIHW", "NCHW"), dense layers
-``x @ w.T + b``, so weights go in and out without a transpose. The ResNet and the MLP are
-here, the vision transformer in vit.py; ``FORWARDS`` picks one by ``spec.kind``.
+The ResNet and the MLP are here, the vision transformer in vit.py, both built on the shared
+layers of layers.py (canonical layouts, NCHW activations, no transposes, ``PRECISION``);
+``FORWARDS`` picks one by ``spec.kind``. ``loss_fn`` and ``evaluate`` put a forward in front of
+the run's task (tasks.py: the loss and the evaluation's outputs, written once per task).
 
 Being functional, a model keeps no state: BatchNorm's running statistics (``Stats``) are an
 input of ``apply`` and, in training mode, an output, the updated values (torch's convention,
 see ``batch_norm``). Everything here is traceable: ``spec`` (a frozen dataclass: hashable),
-``train`` and ``sync_axis`` are the static arguments of a jit / pmap / shard_map around it.
-
-Matmuls and convolutions run at ``PRECISION``: HIGHEST, true float32, what the spec's float32
-means. On the CPU it changes nothing (XLA's default already computes float32 there: the parity
-forward gives the same bits with either, measured). On recent GPUs JAX's default lets float32
-dots and convolutions run as TF32 (JAX's "Matmul precision" page), 10 mantissa bits instead of
-23; torch's default is float32 for matmuls but TF32 for cuDNN convolutions
-(``torch.backends.cudnn.allow_tf32``), so on a GPU the two differ by default either way.
+``train``, ``sync_axis`` and ``task`` are the static arguments of a jit / pmap / shard_map
+around it.
 """
 
 from __future__ import annotations
@@ -39,28 +32,15 @@ from parbench.contract.spec import (
 )
 from parbench.contract.weights import check_weights
 
-Params = dict[str, jax.Array]  # trainable tensors, canonical names and layouts
-Stats = dict[str, jax.Array]  # BatchNorm running statistics ({} for a model without norm)
+from . import vit
+from .layers import Params, Stats, conv2d, dense
+from .tasks import TaskLoss
 
-PRECISION = lax.Precision.HIGHEST
-CONV_DIMENSIONS = ("NCHW", "OIHW", "NCHW")  # the canonical layouts: no transposes
 TRACKED = ".num_batches_tracked"  # torch's BatchNorm counter: accepted, counted, not required
 TRACKED_DTYPE = np.int64  # torch's; jax without x64 holds it as int32
 
 
-# --- layers: the canonical layouts as they are
-def conv2d(x: jax.Array, weight: jax.Array, stride: int, padding: int) -> jax.Array:
-    """NCHW x OIHW -> NCHW, ``padding`` zeros on every side (the spec's symmetric padding)."""
-    return lax.conv_general_dilated(x, weight, (stride, stride), ((padding, padding),) * 2,
-                                    dimension_numbers=CONV_DIMENSIONS, precision=PRECISION)
-
-
-def dense(x: jax.Array, params: Params, prefix: str) -> jax.Array:
-    """``x @ weight.T + bias`` with the canonical [out, in] kernel."""
-    return jnp.matmul(x, params[f"{prefix}.weight"].T, precision=PRECISION) + \
-        params[f"{prefix}.bias"]
-
-
+# --- BatchNorm: the ResNet's own layer (conv2d and dense, shared with vit.py, are in layers.py)
 def _channels(vector: jax.Array) -> jax.Array:
     return vector.reshape(1, -1, 1, 1)  # a per-channel vector against NCHW
 
@@ -144,9 +124,7 @@ def _mlp(spec: MLPSpec, params: Params, stats: Stats, x: jax.Array, train: bool,
 
 def _vit(spec, params: Params, stats: Stats, x: jax.Array, train: bool,
          sync_axis: str | None) -> tuple[jax.Array, Stats]:
-    from .vit import apply as vit_apply  # vit.py uses the layers above
-
-    return vit_apply(spec, params, x), stats  # no BatchNorm, dropout 0: train changes nothing
+    return vit.apply(spec, params, x), stats  # no BatchNorm, dropout 0: train changes nothing
 
 
 # One forward per model kind (parbench.spec.KINDS); a kind missing here is an error.
@@ -199,30 +177,27 @@ def export_weights(spec: ModelSpec, params: Params, stats: Stats) -> dict[str, n
     return weights
 
 
-# --- loss and evaluation
-def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Softmax cross-entropy of each row (torch's ``F.cross_entropy(reduction="none")``)."""
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return -jnp.take_along_axis(log_probs, labels[:, None].astype(jnp.int32), axis=-1)[:, 0]
-
-
+# --- loss and evaluation: the forward, then the task's (tasks.py)
 def loss_fn(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.Array,
-            train: bool = True, sync_axis: str | None = None) -> tuple[jax.Array, Stats]:
-    """(mean cross-entropy over the rows given, statistics after the pass): what torch's
-    ``CrossEntropyLoss`` computes, with the statistics as ``jax.value_and_grad``'s aux.
+            train: bool = True, sync_axis: str | None = None, *,
+            task: TaskLoss) -> tuple[jax.Array, Stats]:
+    """(the task's mean loss over the rows given, statistics after the pass): for image
+    classification the mean cross-entropy, what torch's ``CrossEntropyLoss`` computes; the
+    statistics are ``jax.value_and_grad``'s aux; ``task`` is the run's (tasks.for_task).
 
     Its gradient inside a data-parallel map (measured, 2 CPU devices, jax 0.10.2): under
     ``pmap`` each device gets its own rows' gradient, which ``lax.pmean`` turns into the global
     batch's; under ``shard_map`` (default ``check_vma``) the gradient of replicated params
     comes back already *summed* over the axis, so the global batch's is that divided by the
     axis size (a pmean on top leaves it summed, a psum doubles it again)."""
-    logits, stats = apply(spec, params, stats, x, train, sync_axis)
-    return jnp.mean(cross_entropy(logits, y)), stats
+    outputs, stats = apply(spec, params, stats, x, train, sync_axis)
+    return task.mean_loss(outputs, y), stats
 
 
-def evaluate(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array,
-             y: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(predicted class of each row, summed cross-entropy) in inference mode; jit-able, the
-    caller takes them to the host."""
-    logits, _ = apply(spec, params, stats, x, train=False)
-    return jnp.argmax(logits, axis=-1), jnp.sum(cross_entropy(logits, y))
+def evaluate(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.Array, *,
+             task: TaskLoss) -> tuple[jax.Array, jax.Array]:
+    """The task's evaluation outputs in inference mode (image classification: the predicted
+    class of each row, the summed cross-entropy); jit-able, the caller takes them to the
+    host."""
+    outputs, _ = apply(spec, params, stats, x, train=False)
+    return task.evaluation(outputs, y)

@@ -11,11 +11,14 @@ BatchNorm normalises each shard with its own statistics (as torch DDP and TF Mir
 do by default); with --sync-bn the statistics are averaged over the pmap axis (the global
 batch's). The running statistics stay per device; evaluation and the exported weights use
 device 0's, as DDP's buffer broadcast and MirroredStrategy do.
+
+The recipe and the step's skeleton are the base class's (strategy.py); this file holds what
+pmap adds to it.
 """
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -23,12 +26,13 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from parbench.contract.weights import load_weights
 from parbench.run.job import Job
 from parbench.run.loop import run_worker
 
-from . import model, runtime, training
-from .optim import make_optimizer
+from . import runtime, training
+from .layers import Params
+from .strategy import JaxStrategy
+from .training import LossOf, TrainState
 
 AXIS = "replicas"  # the pmap axis: lax.pmean and synchronized BatchNorm reduce over it
 STATS_NOTE = ("BatchNorm running statistics are kept per device; evaluation and the exported "
@@ -36,59 +40,50 @@ STATS_NOTE = ("BatchNorm running statistics are kept per device; evaluation and 
               "MirroredStrategy keep replica 0's)")
 
 
-class Pmap(runtime.JaxStrategy):
-    # --- setup: the device count and threads for JAX's backend to read when it starts, then
-    # the first N devices
-    def __init__(self, job: Job):
-        self.settings = runtime.configure(job)
-        self.backend, devices = job.backend, runtime.local_devices(job.world_size)
-        # a leading axis of N entries, entry d on device d: how pmap holds per-device values
+class Pmap(JaxStrategy):
+    # --- setup: the first N devices, and a leading axis of N entries, entry d on device d:
+    # how pmap holds per-device values
+    def setup_devices(self, job: Job) -> list[jax.Device]:
+        devices = runtime.local_devices(job.world_size)
         self.per_device = NamedSharding(Mesh(np.array(devices), (AXIS,)), P(AXIS))
-        # --- model: canonical weights, the shared optimizer rule and --clip-grad-norm; the
-        # parameters, optimizer state and running statistics copied to every device
-        self.spec, self.modes = job.spec, job.modes
-        self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
-        self.clip = job.optimizer_spec.clip_grad_norm
-        state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
-        self.state = jax.device_put(training.copies(state, len(devices)), self.per_device)
-        self.stacked_params = self.stacked_stats = True
-        self.devices = runtime.checked_replica_devices(self.state.params, job.world_size)
-        self.sync_bn_layers = runtime.batchnorm_layers(state.stats) if self.modes.sync_bn else 0
-        self.compiles, self.traced = runtime.CompileCounter(), {}
-        self.notes = [STATS_NOTE] if state.stats else []
-        self.step = jax.pmap(self.compiled_step, axis_name=AXIS, in_axes=(0, 0, 0, None),
-                             devices=devices, donate_argnums=0)
-        self.eval_step = runtime.evaluation(self.spec, stacked_params=True, stacked_stats=True)
-        # --- data shard: the one process reads every global batch; device d gets block d of
-        # it (reshaped to [N, B/N, ...], placed entry by entry)
-        self.rank, self.num_processes = 0, 1
+        return devices
+
+    # --- model: the parameters, optimizer state and running statistics copied to every
+    # device, stacked on pmap's leading axis
+    stacked_params = stacked_stats = True
+
+    def place_state(self, state: TrainState, devices: list[jax.Device]) -> TrainState:
+        return jax.device_put(training.copies(state, len(devices)), self.per_device)
+
+    def stats_note(self) -> str:
+        return STATS_NOTE
+
+    # --- data shard: the one process reads every global batch; device d gets block d of
+    # it (reshaped to [N, B/N, ...], placed entry by entry)
+    def place_batch(self, rows: np.ndarray) -> jax.Array:
+        return training.row_blocks(rows, self.per_device)
 
     # --- input: --input native is refused (JAX has no loader of its own): the base class says
     # so if it is ever asked
 
-    # --- step: each device its shard; the loss's value_and_grad over --grad-accum
-    # micro-batches, then one explicit pmean of the gradients and the loss across devices,
-    # --clip-grad-norm on that global-batch gradient, the update on every copy
-    def compiled_step(self, state: training.TrainState, x: jax.Array, y: jax.Array,
-                      lr: jax.Array) -> tuple[training.TrainState, jax.Array]:
-        parts = self.trace_step(x, state.params)
-        sync_axis = AXIS if self.modes.sync_bn else None  # --sync-bn: the global statistics
-        loss_of = partial(model.loss_fn, self.spec, sync_axis=sync_axis)
-        loss, grads, stats = training.accumulated_gradient(loss_of, state.params, state.stats,
-                                                          x, y, parts)
-        grads, loss = lax.pmean((grads, loss), AXIS)  # means of equal shards: the global mean
-        return training.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
+    # --- step: the base class's step on each device, over its shard; the loss's
+    # value_and_grad over --grad-accum micro-batches, then one explicit pmean of the
+    # gradients and the loss across devices, --clip-grad-norm on that global-batch gradient,
+    # the update on every copy; lr is one value for every device (in_axes None)
+    def compile_step(self, devices: list[jax.Device]) -> Callable:
+        return jax.pmap(self.compiled_step, axis_name=AXIS, in_axes=(0, 0, 0, None),
+                        devices=devices, donate_argnums=0)
 
-    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        x, y = training.row_blocks(x, self.per_device), training.row_blocks(y, self.per_device)
-        with self.compiles.counting():
-            self.state, loss = self.step(self.state, x, y, np.float32(lr))
+    def step_loss(self) -> LossOf:
+        return self.model_loss(AXIS if self.modes.sync_bn else None)  # --sync-bn: global stats
+
+    def global_mean(self, grads: Params, loss: jax.Array) -> tuple[Params, jax.Array]:
+        return lax.pmean((grads, loss), AXIS)  # means of equal shards: the global mean
+
+    def host_loss(self, loss: jax.Array) -> float:
         return float(np.asarray(loss.addressable_shards[0].data)[0])  # every entry the same
 
-    # --- eval: the compiled forward in inference mode, on device 0 with its copy
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        predicted, loss_sum = self.eval_step(*self.replica_zero(), x, y)
-        return np.asarray(predicted, np.int64), float(loss_sum)
+    # --- eval: the base class's compiled forward in inference mode, on device 0 with its copy
 
 
 def main(job: Job) -> None:

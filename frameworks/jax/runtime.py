@@ -1,13 +1,15 @@
-"""What every JAX strategy shares: the devices and compute threads (set in the environment for
-JAX's CPU client), the check that each replica holds its weights on a device of its own,
-evaluation, and the facts a record needs (versions, devices, threads, memory peaks, what the
-modes did). The compiled step's pieces are in training.py.
+"""The helpers every JAX strategy uses: the devices and compute threads (set in the environment
+for JAX's CPU client), the check that each replica holds its weights on a device of its own,
+the compiled evaluation, reading one device's copy of the state, and the facts a record needs
+(versions, devices, threads, memory peaks). The strategies' base class is in strategy.py, the
+compiled step's pieces in training.py.
 
 When JAX reads its settings (measured, JAX 0.10.2): ``import jax`` reads neither XLA_FLAGS nor
 PJRT_NPROC. The backend reads both once, when the first device query or array creates it;
 after that, changing them changes nothing, silently. So ``configure`` must run before anything
 touches a device (importing jax and this module's helpers is fine), and it refuses to run
-once the backend exists: each strategy calls it first thing in ``__init__``.
+once the backend exists: the strategies' base class (strategy.py) calls it first thing in
+``__init__``.
 
 Threads: XLA's CPU client runs the compute of every device on one intra-op thread pool
 ("XLAEigen") of ``max(PJRT_NPROC, devices)`` threads (XLA's ``DefaultThreadPoolSize``: PJRT_NPROC,
@@ -27,19 +29,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from parbench.base.devices import physical_gpu
-from parbench.contract.data import Dataset
-from parbench.run.feeds import Feed
 from parbench.run.job import Job
-from parbench.run.modes import Modes, Observed
-from parbench.run.profiling import StepProfiler
-from parbench.run.registry import get_backend
 
 from . import model
-from .training import TrainState
+from .layers import Stats
+from .tasks import TaskLoss
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 THREADS_VARIABLE = "PJRT_NPROC"  # XLA's DefaultThreadPoolSize reads it (else NPROC, else cores)
@@ -52,7 +49,9 @@ def configure(job: Job) -> dict:
     starts: on CPU ``--xla_force_host_platform_device_count`` = the job's devices on this node
     (appended to the user's XLA_FLAGS, replacing a count already there) and PJRT_NPROC =
     --threads. Returns what was set, for the record."""
-    from jax._src import xla_bridge  # no public call tells whether the backend started
+    # jax's private module, for the one call that tells whether the backend started (no
+    # public one does); imported here, where it is needed, and importing it starts nothing
+    from jax._src import xla_bridge
 
     if xla_bridge.backends_are_initialized():
         raise RuntimeError("JAX's backend started before parbench set its devices and threads "
@@ -123,16 +122,18 @@ class CompileCounter:
             self.active = False
 
 
-def evaluation(spec, stacked_params: bool = False, stacked_stats: bool = False) -> Callable:
-    """(params, stats, x, y) -> (predicted classes, loss_sum) in inference mode, compiled once
-    per chunk shape; it runs where its inputs are (the first device: see ``on_device``,
-    whose stacked arrays keep their replica axis of 1, taken off here, inside the program)."""
+def evaluation(spec, task: TaskLoss, stacked_params: bool = False,
+               stacked_stats: bool = False) -> Callable:
+    """(params, stats, x, y) -> the task's evaluation outputs (image classification: predicted
+    classes, loss_sum) in inference mode, compiled once per chunk shape; it runs where its
+    inputs are (the first device: see ``on_device``, whose stacked arrays keep their replica
+    axis of 1, taken off here, inside the program)."""
     def unstack(tree, stacked: bool):
         return jax.tree.map(lambda a: a[0], tree) if stacked else tree
 
     def evaluate(params, stats, x, y):
         return model.evaluate(spec, unstack(params, stacked_params), unstack(stats, stacked_stats),
-                              x, y)
+                              x, y, task=task)
 
     return jax.jit(evaluate)
 
@@ -162,7 +163,7 @@ def peak_device_mb(devices: list[jax.Device]) -> list[float] | None:
 
 
 def _cuda_version() -> str | None:
-    try:  # jaxlib's CUDA plugin, where installed
+    try:  # imported here: only a GPU run asks, and only jaxlib's CUDA plugin provides it
         from jax._src.lib import cuda_versions
 
         version = cuda_versions.cuda_runtime_get_version()
@@ -182,87 +183,5 @@ def describe(devices: list[jax.Device], settings: dict, notes: list[str]) -> dic
             "intra_op_threads": pool_threads(), **settings, "notes": notes}
 
 
-class JaxStrategy:
-    """What every JAX strategy does alike (see parbench.loop.Strategy). A subclass sets, in
-    __init__: ``backend`` (its name), ``spec``, ``settings`` (configure's dict), ``devices``
-    (checked_replica_devices), ``state`` (its TrainState, placed where its step keeps it),
-    ``stacked_params`` / ``stacked_stats`` (whether those arrays carry a leading replica
-    axis), ``modes``, ``clip`` (--clip-grad-norm or None), ``sync_bn_layers``, ``compiles`` (a
-    CompileCounter), ``traced`` (what its step saw while tracing: ``micro_batches``,
-    ``compute_dtype``) and ``notes``; it overrides what differs."""
-
-    backend: str
-    spec: object
-    settings: dict
-    devices: list[jax.Device]
-    state: TrainState
-    stacked_params: bool = False
-    stacked_stats: bool = False
-    modes: Modes
-    clip: float | None
-    sync_bn_layers: int = 0
-    compiles: CompileCounter
-    traced: dict
-    notes: list[str]
-    rank, num_processes = 0, 1  # one process drives every device
-
-    def trace_step(self, x: jax.Array, params: model.Params) -> int:
-        """Called while the step is traced: keep what it computes in (for ``observed``) and
-        its micro-batches; returns --grad-accum's K."""
-        parts = self.modes.grad_accum
-        self.traced.update(micro_batches=parts,
-                           compute_dtype=str(jnp.result_type(x, *params.values())))
-        return parts
-
-    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
-        return values  # one process
-
-    def synchronize(self) -> None:
-        jax.block_until_ready(self.state)  # the last step's outputs
-
-    def peak_device_mb(self) -> list[float] | None:
-        return peak_device_mb(self.devices)
-
-    def replica_zero(self) -> tuple[model.Params, model.Stats]:
-        """The first replica's parameters and running statistics, on the first device (what
-        evaluation uses and the record exports, as torch DDP and TF MirroredStrategy keep
-        replica 0's statistics); stacked arrays keep a replica axis of 1."""
-        first = self.devices[0]
-        return on_device(self.state.params, first), on_device(self.state.stats, first)
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        first = self.devices[0]
-        return model.export_weights(self.spec,
-                                    host_copy(self.state.params, first, self.stacked_params),
-                                    host_copy(self.state.stats, first, self.stacked_stats))
-
-    def describe(self) -> dict:
-        return describe(self.devices, self.settings, self.notes)
-
-    def observed(self) -> Observed:
-        """What the traced step did (see parbench.run.modes): the dtype it computes in and the
-        micro-batches it holds (seen while tracing), the XLA compilations of the step, the
-        BatchNorm layers whose statistics span every replica, the steps clipping shrank."""
-        clipped = None
-        if self.clip is not None:
-            clipped = int(host_copy(self.state.clipped, self.devices[0], self.stacked_params))
-        return Observed(compute_dtype=self.traced.get("compute_dtype", "not traced"),
-                        compiled_graphs=self.compiles.count,
-                        sync_bn_layers=self.sync_bn_layers,
-                        micro_batches=self.traced.get("micro_batches", 0),
-                        clipped_steps=clipped)
-
-    def profiler(self) -> StepProfiler:
-        raise RuntimeError(f"--profile is not available for {self.backend}: "
-                           f"{get_backend(self.backend).profile_refusal}")
-
-    def native_feed(self, job: Job, data: Dataset) -> Feed:
-        raise RuntimeError(f"--input native is not available for {self.backend}: "
-                           f"{get_backend(self.backend).info.refusals['input']}")
-
-    def teardown(self, failed: bool) -> None:
-        pass  # no process group: the process's exit releases the devices
-
-
-def batchnorm_layers(stats: model.Stats) -> int:
+def batchnorm_layers(stats: Stats) -> int:
     return sum(name.endswith(".running_mean") for name in stats)

@@ -13,14 +13,15 @@ import numpy as np
 from jax import lax
 
 from . import model
+from .layers import Params, Stats
 from .optim import Optimizer, OptState, clip
 
 
 class TrainState(NamedTuple):
     """What a step carries from one step to the next, on the devices."""
 
-    params: model.Params
-    stats: model.Stats  # BatchNorm running statistics
+    params: Params
+    stats: Stats  # BatchNorm running statistics
     opt_state: OptState
     clipped: jax.Array  # int32: steps whose gradient --clip-grad-norm shrank so far
 
@@ -45,13 +46,13 @@ def micro_split(array: jax.Array, parts: int, axis: int) -> jax.Array:
     return jnp.moveaxis(split, axis, 0)
 
 
-LossOf = Callable[[model.Params, model.Stats, jax.Array, jax.Array],
-                  tuple[jax.Array, model.Stats]]
+# (params, stats, x, y) -> (mean loss over the rows given, statistics after the pass)
+LossOf = Callable[[Params, Stats, jax.Array, jax.Array], tuple[jax.Array, Stats]]
 
 
-def accumulated_gradient(loss_of: LossOf, params: model.Params, stats: model.Stats,
+def accumulated_gradient(loss_of: LossOf, params: Params, stats: Stats,
                          x: jax.Array, y: jax.Array, parts: int,
-                         axis: int = 0) -> tuple[jax.Array, model.Params, model.Stats]:
+                         axis: int = 0) -> tuple[jax.Array, Params, Stats]:
     """(mean loss, its gradient, running statistics after the pass) of ``loss_of`` over
     ``parts`` micro-batches (--grad-accum): each micro-batch's forward and backward in turn
     (``lax.scan``, BatchNorm statistics threaded through in order, as torch's K forwards
@@ -74,7 +75,7 @@ def accumulated_gradient(loss_of: LossOf, params: model.Params, stats: model.Sta
 
 
 def apply_update(optimizer: Optimizer, max_norm: float | None, state: TrainState,
-                 grads: model.Params, stats: model.Stats, lr: jax.Array) -> TrainState:
+                 grads: Params, stats: Stats, lr: jax.Array) -> TrainState:
     """--clip-grad-norm on ``grads`` (call it with the global batch's gradient, after the
     devices' are combined), then the run's update rule at this step's ``lr``."""
     clipped = state.clipped

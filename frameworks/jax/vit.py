@@ -1,8 +1,8 @@
 """The spec's vision transformer (parbench.spec.ViTSpec) as a pure JAX function over the
 canonical weights.
 
-Nothing is converted: the patch convolution's kernel is OIHW and the batch NCHW (model.conv2d),
-dense kernels are [out, in] (model.dense), and the fused qkv keeps torch's ``in_proj_weight``
+Nothing is converted: the patch convolution's kernel is OIHW and the batch NCHW (layers.conv2d),
+dense kernels are [out, in] (layers.dense), and the fused qkv keeps torch's ``in_proj_weight``
 rows, so its output splits as (3, heads, d) directly. No BatchNorm and dropout 0: the forward
 is the same in training and inference mode.
 """
@@ -17,7 +17,7 @@ from jax import lax
 
 from parbench.contract.spec import ViTSpec
 
-from .model import PRECISION, Params, conv2d, dense
+from .layers import PRECISION, Params, conv2d, dense
 
 
 def layer_norm(x: jax.Array, params: Params, prefix: str, spec: ViTSpec) -> jax.Array:
