@@ -55,7 +55,6 @@ class ImageClassification(TaskLoss):
         return jnp.argmax(logits, axis=-1), jnp.sum(cross_entropy(logits, labels))
 
 
-
 IMPLEMENTED: dict[str, TaskLoss] = {task.name: task for task in (ImageClassification(),)}
 
 
