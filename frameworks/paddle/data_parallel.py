@@ -10,48 +10,45 @@ equals the gradient of the global-batch mean because all parts have the same siz
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import numpy as np
 import paddle
 import paddle.distributed as dist
+from paddle import nn
 
 from parbench.contract.data import Dataset
-from parbench.contract.weights import load_weights
 from parbench.run.job import Job
 
-from . import optim, runtime
+from . import runtime
 from .input import LoaderFeed, distributed_feed
-from .model import build_model, model_notes
-from .modes import ModelModes
 from .profile import StepProfiler
+from .strategy import PaddleStrategy
+
+ONE_PROCESS_NOTE = "one process: Paddle sets up no process group, DataParallel passes through"
 
 
-class DataParallelStrategy(runtime.PaddleStrategy):
-    # --- setup: one process group, one device per process
-    def __init__(self, job: Job):
-        runtime.setup_threads(job)
+class DataParallelStrategy(PaddleStrategy):
+    # --- setup: threads and seed (PaddleStrategy), then one process group, one device per
+    # process
+    def setup_device(self, job: Job) -> str:
         dist.init_parallel_env()
         if dist.get_world_size() != job.world_size:
             raise RuntimeError(f"the launcher started {dist.get_world_size()} processes, "
                                f"the job asks for {job.world_size}")
         # With one process Paddle creates no process group and DataParallel passes through
         self.grouped = job.world_size > 1
-        self.device = runtime.use_device(distributed=True)
-        runtime.reset_peak_memory([self.device])
-        # --- model: every rank loads the same canonical weights; DataParallel also broadcasts
-        # rank 0's. The run modes change the bare model first: DataParallel(to_static(model))
-        # works, to_static(DataParallel(model)) fails
-        self.module = build_model(job.spec, load_weights(job.weights_path))
-        self.modes = job.modes
-        self.model_modes = ModelModes(self.module, self.modes, replicas=job.world_size)
-        self.model = paddle.DataParallel(self.module)
-        self.optimizer = optim.make_optimizer(self.module, job.optimizer_spec, job.spec)
-        # clipping after backward sees the averaged gradients: the global batch's norm
-        self.step = runtime.TrainStep(self.model, self.optimizer, self.modes,
-                                      optim.clipper(self.module, job.optimizer_spec))
-        self.notes = model_notes(job.spec) + self.model_modes.notes + ([] if self.grouped else [
-            "one process: Paddle sets up no process group, DataParallel passes through"])
-        # --- data shard: this rank's contiguous part of each global batch (see parbench.contract.batches)
-        self.rank, self.num_processes = dist.get_rank(), job.world_size
+        return runtime.use_device(distributed=True)
+
+    # --- model: every rank loads the same canonical weights (PaddleStrategy); DataParallel
+    # also broadcasts rank 0's. The run modes change the bare model first:
+    # DataParallel(to_static(model)) works, to_static(DataParallel(model)) fails
+    def wrap(self, module: nn.Layer) -> nn.Layer:
+        return paddle.DataParallel(module)
+
+    # --- data shard: this rank's contiguous part of each global batch (parbench.contract.batches)
+    def data_shard(self, job: Job) -> tuple[int, int]:
+        return dist.get_rank(), job.world_size
 
     # --- input: --input native, DistributedBatchSampler gives this rank its block of each
     # global batch (padded, shuffled by the epoch number, not the run's seed; see input.py)
@@ -59,15 +56,13 @@ class DataParallelStrategy(runtime.PaddleStrategy):
         return distributed_feed(job, data, self.rank)
 
     # --- step: gradients are all-reduced (averaged) inside backward(); with --grad-accum only
-    # in the last micro-batch's (DataParallel.no_sync for the others); --clip-grad-norm clips
-    # after that, every rank the same averaged gradients by the same norm
-    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
-        return self.step(x, y, lr)
+    # in the last micro-batch's (runtime.TrainStep enters DataParallel.no_sync for the others);
+    # --clip-grad-norm clips after that, every rank the same averaged gradients by the same norm
+    def hold_gradients(self) -> AbstractContextManager:
+        return self.model.no_sync()
 
-    # --- eval: each rank scores its part of the test set, then the counts are summed
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        return runtime.evaluate(self.module, x, y, self.modes)
-
+    # --- eval: each rank scores its part of the test set (PaddleStrategy's evaluate), then the
+    # counts are summed
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         if not self.grouped:
             return values
@@ -76,7 +71,8 @@ class DataParallelStrategy(runtime.PaddleStrategy):
         return tensor.numpy()
 
     def describe(self) -> dict:
-        return runtime.describe([self.device], self.notes,
+        notes = self.notes + ([] if self.grouped else [ONE_PROCESS_NOTE])
+        return runtime.describe([self.device], notes,
                                 process_group=dist.get_backend() if self.grouped else None)
 
     # --- profile: --profile's steps, timed by phase; the all-reduce stays inside backward

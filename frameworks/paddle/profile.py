@@ -21,7 +21,6 @@ from collections.abc import Callable
 import numpy as np
 import paddle
 import paddle.distributed as dist
-import paddle.nn.functional as F
 from paddle import profiler
 
 from parbench.run.profiling import TOP_OPS
@@ -75,7 +74,8 @@ class StepProfiler:
         self.optimizer.set_lr(lr)
         start = self._now()
         self.model.train()
-        loss = F.cross_entropy(self.model(paddle.to_tensor(x)), paddle.to_tensor(y))
+        inputs, labels = paddle.to_tensor(x), paddle.to_tensor(y)
+        loss = self.train.task_loss.mean_loss(self.model(inputs), labels)  # the task's loss
         forward = self._now()
         loss.backward()
         self.train.count_first_step(1)  # when the profiled window starts at step 0

@@ -1,30 +1,26 @@
 """What every Paddle strategy shares: device and threads, the optimizer step (with
---clip-grad-norm), evaluation, the facts a record needs (versions, devices, memory peaks), and
-PaddleStrategy, the base class of the strategies. The optimizers themselves are in optim.py."""
+--clip-grad-norm), evaluation, and the facts a record needs (versions, devices, memory peaks).
+The optimizers themselves are in optim.py; PaddleStrategy, the strategies' base class, is in
+strategy.py."""
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import paddle
 import paddle.distributed as dist
-import paddle.nn.functional as F
 from paddle import nn
 
 from parbench.base.devices import physical_gpu
 from parbench.run.job import Job
-from parbench.run.modes import Modes, Observed
+from parbench.run.modes import Modes
 
-from .model import export_weights
 from .optim import GlobalNormClip
-
-if TYPE_CHECKING:
-    from .modes import ModelModes
-    from .profile import StepProfiler
+from .tasks import TaskLoss
 
 # The OpenMP runtime Paddle's CPU kernels (MKL, oneDNN) use; wheels without it report None.
 _IOMP = Path(paddle.__file__).parent / "libs" / "libiomp5.so"
@@ -82,11 +78,15 @@ def as_tensor(rows: Rows) -> paddle.Tensor:
 
 class TrainStep:
     """One optimizer step with --precision, --grad-accum and --clip-grad-norm, on ``model`` (a
-    Layer or paddle.DataParallel; with DataParallel gradients are all-reduced once per step)."""
+    Layer or paddle.DataParallel). ``no_sync`` (DataParallel's) wraps the forward and backward
+    of the first K-1 micro-batches, so gradients are all-reduced once per step, in the last
+    backward (the gradients summed over all of them)."""
 
     def __init__(self, model: nn.Layer, optimizer: paddle.optimizer.Optimizer, modes: Modes,
-                 clip: GlobalNormClip | None = None):
-        self.model, self.optimizer, self.modes, self.clip = model, optimizer, modes, clip
+                 task_loss: TaskLoss, clip: GlobalNormClip | None = None,
+                 no_sync: Callable[[], AbstractContextManager] = nullcontext):
+        self.model, self.optimizer, self.modes = model, optimizer, modes
+        self.task_loss, self.clip, self.no_sync = task_loss, clip, no_sync
         # fp16's 5-bit exponent underflows small gradients; bf16 has float32's range
         self.scaler = paddle.amp.GradScaler() if modes.precision == "fp16" else None
         self.micro_batches = 0  # backward passes in the first step (0 before it)
@@ -97,7 +97,7 @@ class TrainStep:
         k, loss = self.modes.grad_accum, 0.0
         parts = list(zip(split_rows(x, k), split_rows(y, k)))  # contiguous micro-batches
         for passes, (part_x, part_y) in enumerate(parts, start=1):
-            with self._hold_gradients(last=passes == k):
+            with nullcontext() if passes == k else self.no_sync():  # all-reduce in the last
                 loss += self._backward(part_x, part_y, k)
         self.count_first_step(len(parts))
         self.apply()
@@ -107,17 +107,10 @@ class TrainStep:
         """Record the backward passes of the first step (the profiler's step may be it)."""
         self.micro_batches = self.micro_batches or passes
 
-    def _hold_gradients(self, last: bool) -> AbstractContextManager:
-        """DataParallel all-reduces in every backward unless told not to: only the last
-        micro-batch's backward communicates (the gradients summed over all of them)."""
-        if last or not isinstance(self.model, paddle.DataParallel):
-            return nullcontext()
-        return self.model.no_sync()
-
     def _backward(self, x: Rows, y: Rows, k: int) -> float:
         """Forward, loss / k, backward; returns the scaled loss (k of them sum to the mean)."""
         with precision(self.modes):
-            loss = F.cross_entropy(self.model(as_tensor(x)), as_tensor(y)) / k
+            loss = self.task_loss.mean_loss(self.model(as_tensor(x)), as_tensor(y)) / k
         (self.scaler.scale(loss) if self.scaler else loss).backward()
         return float(loss)
 
@@ -143,14 +136,12 @@ class TrainStep:
 
 
 @paddle.no_grad()
-def evaluate(model: nn.Layer, x: np.ndarray, y: np.ndarray,
-             modes: Modes) -> tuple[np.ndarray, float]:
-    """(predicted class of each row, loss sum), in the precision the model trains in."""
+def evaluate(model: nn.Layer, x: np.ndarray, y: np.ndarray, modes: Modes,
+             task_loss: TaskLoss) -> tuple[np.ndarray, float]:
+    """(the outputs the task scores, loss sum), in the precision the model trains in."""
     model.eval()
-    with precision(modes):
-        logits = model(paddle.to_tensor(x))
-        loss_sum = float(F.cross_entropy(logits, paddle.to_tensor(y), reduction="sum"))
-    return logits.argmax(1).numpy(), loss_sum
+    with precision(modes):  # the loss in it too, as in training
+        return task_loss.evaluation(model(paddle.to_tensor(x)), paddle.to_tensor(y))
 
 
 def synchronize(device: str) -> None:
@@ -181,46 +172,3 @@ def describe(devices: list[str], notes: list[str] | None = None, **extra) -> dic
             "nccl_version": str(paddle.version.nccl()) if gpu else None,
             "compute_threads": compute_threads(), "notes": notes or [], **extra}
 
-
-class PaddleStrategy:
-    """What every Paddle strategy does alike (see parbench.loop.Strategy). A subclass sets, in
-    __init__: ``device`` (use_device's), ``module`` (the bare Layer, canonical parameter
-    names), ``model_modes`` (its ModelModes), ``step`` (its TrainStep) and ``notes`` (for the
-    record); it overrides what differs: the sum across processes, the process group's release
-    and its entry in the record, the profiler's view of communication. Its methods call this
-    module's functions of the same names."""
-
-    device: str
-    module: nn.Layer
-    model_modes: ModelModes
-    step: TrainStep
-    notes: list[str]
-
-    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
-        return values  # one process
-
-    def synchronize(self) -> None:
-        synchronize(self.device)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return peak_device_mb([self.device])
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.module)
-
-    def describe(self) -> dict:
-        return describe([self.device], self.notes)
-
-    def observed(self) -> Observed:
-        """What --precision, --compile, --sync-bn and --grad-accum did on the first step, and
-        how many steps --clip-grad-norm clipped."""
-        return self.model_modes.observed(self.step.micro_batches, self.step.clipped_steps)
-
-    def profiler(self) -> StepProfiler:
-        """--profile's steps, timed by phase (see profile.py)."""
-        from .profile import StepProfiler  # profile.py imports this module
-
-        return StepProfiler(self.step, self.synchronize)
-
-    def teardown(self, failed: bool) -> None:
-        pass  # no process group to release

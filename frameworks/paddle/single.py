@@ -2,50 +2,39 @@
 
 from __future__ import annotations
 
-import numpy as np
+from paddle import nn
 
 from parbench.contract.data import Dataset
-from parbench.contract.weights import load_weights
 from parbench.run.job import Job
 from parbench.run.loop import run_worker
 
-from . import optim, runtime
+from . import runtime
 from .input import LoaderFeed, single_feed
-from .model import build_model, model_notes
-from .modes import ModelModes
+from .strategy import PaddleStrategy
 
 
-class SingleDevice(runtime.PaddleStrategy):
-    # --- setup: threads and the one device
-    def __init__(self, job: Job):
-        runtime.setup_threads(job)
-        self.device = runtime.use_device(distributed=False)
-        runtime.reset_peak_memory([self.device])
-        # --- model: canonical weights, the run modes (--compile: to_static), the shared
-        # optimizer rule (sgd or adamw) and --clip-grad-norm
-        self.module = build_model(job.spec, load_weights(job.weights_path))
-        self.modes = job.modes
-        self.model_modes = ModelModes(self.module, self.modes, replicas=1)
-        self.optimizer = optim.make_optimizer(self.module, job.optimizer_spec, job.spec)
-        self.step = runtime.TrainStep(self.module, self.optimizer, self.modes,
-                                      optim.clipper(self.module, job.optimizer_spec))
-        self.notes = model_notes(job.spec) + self.model_modes.notes
-        # --- data shard: the one process reads every row of each global batch
-        self.rank, self.num_processes = 0, 1
+class SingleDevice(PaddleStrategy):
+    # --- setup: threads and seed (PaddleStrategy), then the one device
+    def setup_device(self, job: Job) -> str:
+        return runtime.use_device(distributed=False)
+
+    # --- model: canonical weights, the run modes (--compile: to_static), the shared optimizer
+    # rule (sgd or adamw) and --clip-grad-norm, by PaddleStrategy; nothing wraps the Layer
+    def wrap(self, module: nn.Layer) -> nn.Layer:
+        return module
+
+    # --- data shard: the one process reads every row of each global batch (PaddleStrategy's
+    # rank 0 of 1)
 
     # --- input: --input native, BatchSampler's RandomSampler over every row (numpy's global
     # RNG, seeded with the run's seed; see input.py)
     def native_feed(self, job: Job, data: Dataset) -> LoaderFeed:
         return single_feed(job, data)
 
-    # --- step: --grad-accum's micro-batches accumulate gradients before the one update, which
-    # clips them first (--clip-grad-norm)
-    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
-        return self.step(x, y, lr)
+    # --- step: PaddleStrategy's runtime.TrainStep: --grad-accum's micro-batches accumulate
+    # gradients before the one update, which clips them first (--clip-grad-norm)
 
-    # --- eval
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        return runtime.evaluate(self.module, x, y, self.modes)
+    # --- eval: PaddleStrategy's, in the precision the model trains in
 
 
 def main(job: Job) -> None:

@@ -10,6 +10,7 @@ equals the gradient of the global-batch mean because all parts have the same siz
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from functools import partial
 
@@ -21,7 +22,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from parbench.contract.data import Dataset
-from parbench.contract.weights import load_weights
 from parbench.run.feeds import Feed
 from parbench.run.job import Job
 from parbench.run.loop import run_worker
@@ -29,43 +29,49 @@ from parbench.run.process import die_with_parent, exit_finished, watch_spawned
 
 from . import runtime
 from .input import distributed_feed
-from .model import build_model
+from .strategy import TorchStrategy
 
 # A dead peer must surface as an error, not a 30-minute gloo wait (the harness has its own
 # timeout too; this one bounds collectives inside a live run).
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 
 
-class DistributedDataParallelStrategy(runtime.TorchStrategy):
-    # --- setup: one process group, one device per process
+class DistributedDataParallelStrategy(TorchStrategy):
+    # --- setup: threads and seed (TorchStrategy), then one process group, one device per
+    # process
     def __init__(self, job: Job, rank: int, init_method: str):
-        runtime.setup_threads(job)
+        # the rank torchrun or mp.spawn gave this process, and where the ranks meet
+        self.launched_rank, self.init_method = rank, init_method
+        super().__init__(job)
+
+    def setup_devices(self, job: Job) -> list[torch.device]:
         cuda = torch.cuda.is_available()
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method,
-                                rank=rank, world_size=job.world_size, timeout=COLLECTIVE_TIMEOUT)
-        local_rank = rank - job.first_rank  # the GPUs of a node are numbered on that node
-        self.device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
-        self.devices = [self.device]
+        dist.init_process_group("nccl" if cuda else "gloo", init_method=self.init_method,
+                                rank=self.launched_rank, world_size=job.world_size,
+                                timeout=COLLECTIVE_TIMEOUT)
+        local_rank = self.launched_rank - job.first_rank  # a node numbers its own GPUs
+        device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
         if cuda:
-            torch.cuda.set_device(self.device)
-        runtime.reset_peak_memory(self.devices)
-        # --- model: every rank loads the same canonical weights; DDP also broadcasts rank 0's.
-        # --sync-bn converts BatchNorm before wrapping (CUDA only: refused on CPU by config);
-        # --compile compiles DDP(module): it traces only because our models are nn.Module
-        # subclasses (a bare nn.Sequential under DDP runs eagerly)
-        weights = load_weights(job.weights_path)
-        self.modes = job.modes
-        self.module = build_model(job.spec, weights).to(self.device)
+            torch.cuda.set_device(device)
+        return [device]
+
+    # --- model: every rank loads the same canonical weights (TorchStrategy); DDP also
+    # broadcasts rank 0's. --sync-bn converts BatchNorm before wrapping (CUDA only: refused on
+    # CPU by config); --compile compiles DDP(module): it traces only because our models are
+    # nn.Module subclasses (a bare nn.Sequential under DDP runs eagerly)
+    def convert_module(self, module: nn.Module) -> nn.Module:
         if self.modes.sync_bn:  # keeps momentum, eps, weights and statistics; same names
-            self.module = nn.SyncBatchNorm.convert_sync_batchnorm(self.module)
-        ddp = DDP(self.module, device_ids=[local_rank] if cuda else None)
-        self.model = torch.compile(ddp) if self.modes.compile else ddp
-        self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
-        self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
-                                 self.modes, no_sync=ddp.no_sync,
-                                 clip=job.optimizer_spec.clip_grad_norm)
-        # --- data shard: this rank's contiguous part of each global batch (see parbench.contract.batches)
-        self.rank, self.num_processes = rank, job.world_size
+            return nn.SyncBatchNorm.convert_sync_batchnorm(module)
+        return module
+
+    def wrap(self, module: nn.Module) -> nn.Module:
+        cuda = self.device.type == "cuda"
+        self.ddp = DDP(module, device_ids=[self.device.index] if cuda else None)  # no_sync: step
+        return torch.compile(self.ddp) if self.modes.compile else self.ddp
+
+    # --- data shard: this rank's contiguous part of each global batch (parbench.contract.batches)
+    def data_shard(self, job: Job) -> tuple[int, int]:
+        return dist.get_rank(), job.world_size
 
     # --- input: --input native: a DataLoader per process over the per-device batch; its
     # DistributedSampler shards one seeded permutation per epoch (set_epoch: see input.py)
@@ -73,15 +79,14 @@ class DistributedDataParallelStrategy(runtime.TorchStrategy):
         return distributed_feed(job, data, self.device, self.rank)
 
     # --- step: gradients are all-reduced (averaged) inside backward(); with --grad-accum, only
-    # in the last micro-batch's backward (DDP's no_sync around the others); --clip-grad-norm
-    # clips after that backward, so every rank takes the norm of the same averaged gradient
-    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
-        return self.step(x, y, lr)
+    # in the last micro-batch's backward (runtime.Step enters DDP's no_sync around the others);
+    # --clip-grad-norm clips after that backward, so every rank takes the norm of the same
+    # averaged gradient
+    def hold_gradients(self) -> AbstractContextManager:
+        return self.ddp.no_sync()
 
-    # --- eval: each rank scores its part of the test set, then the counts are summed
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        return runtime.evaluate(self.module, x, y, self.device, self.modes.precision)
-
+    # --- eval: each rank scores its part of the test set (TorchStrategy's evaluate, on the
+    # bare module), then the counts are summed
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)

@@ -11,20 +11,18 @@ refused (see parbench.run.registry, torch-dp's refusals).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
 from parbench.contract.data import Dataset
-from parbench.contract.weights import load_weights
 from parbench.run.feeds import Feed
 from parbench.run.job import Job
 from parbench.run.loop import run_worker
 
 from . import runtime
 from .input import random_feed
-from .model import build_model
 from .profile import DATA_PARALLEL, ONE_DEVICE, StepProfiler
+from .strategy import TorchStrategy
 
 NO_OP_NOTE = "nn.DataParallel without CUDA is a no-op: the module ran unchanged on the CPU"
 ACCUMULATION_NOTE = ("--grad-accum under nn.DataParallel: each micro-batch's backward reduces "
@@ -32,50 +30,42 @@ ACCUMULATION_NOTE = ("--grad-accum under nn.DataParallel: each micro-batch's bac
                      "accumulation bounds activation memory but does not reduce communication")
 
 
-class DataParallelStrategy(runtime.TorchStrategy):
-    # --- setup: threads and the devices DataParallel will use
-    def __init__(self, job: Job):
-        runtime.setup_threads(job)
+class DataParallelStrategy(TorchStrategy):
+    # --- setup: threads and seed (TorchStrategy), then the devices DataParallel will use
+    def setup_devices(self, job: Job) -> list[torch.device]:
         if torch.cuda.is_available():
-            self.devices = [torch.device(f"cuda:{i}") for i in range(job.world_size)]
-        elif job.world_size == 1:
-            self.devices = [torch.device("cpu")]
-        else:
-            raise RuntimeError("nn.DataParallel needs CUDA devices for --devices > 1; "
-                               "none is available")
-        runtime.reset_peak_memory(self.devices)
-        # --- model: canonical weights on device 0; autocast is entered inside the replicated
-        # forward, because the replicas run in threads that do not inherit it
-        weights = load_weights(job.weights_path)
-        self.module = build_model(job.spec, weights).to(self.devices[0])
-        self.modes = job.modes
-        ids = [d.index for d in self.devices] if self.devices[0].type == "cuda" else None
-        self.model = nn.DataParallel(
-            runtime.AutocastForward(self.module, self.devices[0], self.modes.precision),
-            device_ids=ids)
-        self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
-        self.step = runtime.Step(self.model, self.module, self.optimizer, self.devices[0],
-                                 self.modes, clip=job.optimizer_spec.clip_grad_norm)
-        # --- data shard: the one process feeds the whole global batch; DataParallel splits it
-        self.rank, self.num_processes = 0, 1
+            return [torch.device(f"cuda:{i}") for i in range(job.world_size)]
+        if job.world_size == 1:
+            return [torch.device("cpu")]
+        raise RuntimeError("nn.DataParallel needs CUDA devices for --devices > 1; "
+                           "none is available")
+
+    # --- model: canonical weights on device 0 (TorchStrategy); autocast is entered inside the
+    # replicated forward, because the replicas run in threads that do not inherit it
+    def wrap(self, module: nn.Module) -> nn.Module:
+        ids = [d.index for d in self.devices] if self.device.type == "cuda" else None
+        return nn.DataParallel(runtime.AutocastForward(module, self.device, self.modes.precision),
+                               device_ids=ids)
+
+    # --- data shard: the one process feeds the whole global batch (TorchStrategy's rank 0 of
+    # 1); DataParallel splits it
 
     # --- input: --input native: one DataLoader over the global batch (RandomSampler seeded from
     # job.seed); DataParallel scatters each batch into one contiguous chunk per device
     def native_feed(self, job: Job, data: Dataset) -> Feed:
-        return random_feed(job, data, self.devices[0], devices=len(self.devices))
+        return random_feed(job, data, self.device, devices=len(self.devices))
 
-    # --- step: inputs go to device 0, DataParallel scatters them; the loss on the gathered
-    # outputs runs under Step's own autocast, in the caller's thread; backward reduces the
-    # replicas' gradients onto device 0's module, where --clip-grad-norm clips their sum
-    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
-        return self.step(x, y, lr)
+    # --- step: TorchStrategy's runtime.Step: inputs go to device 0, DataParallel scatters them;
+    # the loss on the gathered outputs runs under Step's own autocast, in the caller's thread;
+    # backward reduces the replicas' gradients onto device 0's module, where --clip-grad-norm
+    # clips their sum
 
-    # --- eval
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        return runtime.evaluate(self.model, x, y, self.devices[0], self.modes.precision)
+    # --- eval: through DataParallel, so the test rows are split over the devices too
+    def evaluation_model(self) -> nn.Module:
+        return self.model
 
     def describe(self) -> dict:
-        no_op, notes = self.devices[0].type == "cpu", []
+        no_op, notes = self.device.type == "cpu", []
         if no_op:
             notes.append(NO_OP_NOTE)
         if self.modes.grad_accum > 1:

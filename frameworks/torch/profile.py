@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity
@@ -101,7 +100,7 @@ class StepProfiler:
         inputs = as_tensor(x).to(self.device, non_blocking=True)
         labels = as_tensor(y).to(self.device, non_blocking=True)
         self.model.train()
-        loss = F.cross_entropy(self.model(inputs), labels)
+        loss = self.train.task_loss.mean_loss(self.model(inputs), labels)  # the task's loss
         forward = self._now()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # under DDP it returns after every bucket's future completed

@@ -1,16 +1,14 @@
 """What every torch strategy shares: device and threads, the optimizer step in the run's modes
-(precision, micro-batches), evaluation, the facts a record needs (versions, devices, memory
-peaks, what the modes did), and TorchStrategy, the base class of the strategies."""
+(precision, micro-batches), evaluation, and the facts a record needs (versions, devices, memory
+peaks, what the modes did). TorchStrategy, the strategies' base class, is in strategy.py."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from parbench.base.devices import physical_gpu
@@ -19,10 +17,8 @@ from parbench.contract.spec import ModelSpec, parameters
 from parbench.run.job import Job
 from parbench.run.modes import Modes, Observed
 
-from .model import export_weights, first_layer
-
-if TYPE_CHECKING:
-    from .profile import StepProfiler
+from .model import first_layer
+from .tasks import TaskLoss
 
 
 def setup_threads(job: Job) -> None:
@@ -126,11 +122,11 @@ class Step:
     """
 
     def __init__(self, model: nn.Module, module: nn.Module, optimizer: torch.optim.Optimizer,
-                 device: torch.device, modes: Modes,
+                 device: torch.device, modes: Modes, task_loss: TaskLoss,
                  no_sync: Callable[[], AbstractContextManager] = nullcontext,
                  clip: float | None = None):
         self.model, self.module, self.optimizer, self.device = model, module, optimizer, device
-        self.modes, self.no_sync, self.clip = modes, no_sync, clip
+        self.modes, self.task_loss, self.no_sync, self.clip = modes, task_loss, no_sync, clip
         self.scaler = torch.amp.GradScaler(device.type, enabled=modes.precision == "fp16")
         self.probe = DtypeProbe(first_layer(module))
         self.first: tuple[str, int] | None = None  # step 0's (compute dtype, micro-batches)
@@ -153,7 +149,7 @@ class Step:
             last = index == len(micro) - 1  # DDP all-reduces only in the last backward
             with nullcontext() if last else self.no_sync():
                 with autocast(self.device, self.modes.precision):
-                    loss = F.cross_entropy(self.model(x_part), y_part) / parts
+                    loss = self.task_loss.mean_loss(self.model(x_part), y_part) / parts
                 self.scaler.scale(loss).backward()
             total += loss.detach()
         self.clip_gradients()
@@ -215,14 +211,12 @@ def compiled_graphs() -> int:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, device: torch.device,
-             precision: str) -> tuple[np.ndarray, float]:
-    """(predicted class of each row, loss sum), in the run's precision."""
+             precision: str, task_loss: TaskLoss) -> tuple[np.ndarray, float]:
+    """(the outputs the task scores, loss sum), in the run's precision."""
     model.eval()
     labels = torch.from_numpy(y).to(device)
-    with autocast(device, precision):
-        logits = model(torch.from_numpy(x).to(device))
-        loss_sum = F.cross_entropy(logits, labels, reduction="sum").item()
-    return logits.argmax(1).cpu().numpy(), loss_sum
+    with autocast(device, precision):  # the loss in it too, as in training
+        return task_loss.evaluation(model(torch.from_numpy(x).to(device)), labels)
 
 
 def synchronize(device: torch.device) -> None:
@@ -253,43 +247,3 @@ def describe(devices: list[torch.device], notes: list[str] | None = None, **extr
             "cuda_version": torch.version.cuda if cuda else None,
             "nccl_version": nccl, "notes": notes or [], **extra}
 
-
-class TorchStrategy:
-    """What every torch strategy does alike (see parbench.loop.Strategy). A subclass sets, in
-    __init__: ``devices`` (the devices this process drives, inputs on the first), ``module``
-    (the bare nn.Module, canonical parameter names) and ``step`` (its Step); it overrides what
-    differs: the collective sum and release of a process group, its notes, its profiler.
-    Its methods call this module's functions of the same names."""
-
-    devices: list[torch.device]
-    module: nn.Module
-    step: Step
-
-    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
-        return values  # one process
-
-    def synchronize(self) -> None:
-        for device in self.devices:
-            synchronize(device)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return peak_device_mb(self.devices)
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return export_weights(self.module)
-
-    def describe(self) -> dict:
-        return describe(self.devices)
-
-    def observed(self) -> Observed:
-        """What the run modes did on the first step, as Step saw it."""
-        return self.step.observed()
-
-    def profiler(self) -> StepProfiler:
-        """--profile's steps, timed by phase (see profile.py)."""
-        from .profile import StepProfiler  # profile.py imports this module
-
-        return StepProfiler(self.step, self.synchronize)
-
-    def teardown(self, failed: bool) -> None:
-        pass  # no process group to release

@@ -1,0 +1,46 @@
+"""The task's loss and evaluation outputs in Paddle, written once per task (see
+parbench.contract.tasks): the training step, the profiler's step and evaluation all take them
+from here, so they compute the same loss."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from parbench.contract.tasks import ImageClassification, Task
+
+
+class TaskLoss(Protocol):
+    def mean_loss(self, outputs: paddle.Tensor, labels: paddle.Tensor) -> paddle.Tensor:
+        """The training loss of a batch: the mean over its rows (a 0-d tensor, for backward)."""
+
+    def evaluation(self, outputs: paddle.Tensor,
+                   labels: paddle.Tensor) -> tuple[np.ndarray, float]:
+        """(the per-row outputs the task scores, on the host; the loss summed over the rows)."""
+
+
+class ImageClassificationLoss:
+    """Softmax cross-entropy of the logits against the class; evaluation scores the predicted
+    class of each row (ImageClassification.loss)."""
+
+    def mean_loss(self, outputs: paddle.Tensor, labels: paddle.Tensor) -> paddle.Tensor:
+        return F.cross_entropy(outputs, labels)
+
+    def evaluation(self, outputs: paddle.Tensor,
+                   labels: paddle.Tensor) -> tuple[np.ndarray, float]:
+        loss_sum = float(F.cross_entropy(outputs, labels, reduction="sum"))
+        return outputs.argmax(1).numpy(), loss_sum
+
+
+TASK_LOSSES: dict[str, type[TaskLoss]] = {ImageClassification.name: ImageClassificationLoss}
+
+
+def loss_for(task: Task) -> TaskLoss:
+    """The loss of the run's task; a task Paddle has no loss for is an error."""
+    if task.name not in TASK_LOSSES:
+        raise NotImplementedError(f"parbench's Paddle backends do not implement the task "
+                                  f"{task.name!r}; they implement: {', '.join(TASK_LOSSES)}")
+    return TASK_LOSSES[task.name]()

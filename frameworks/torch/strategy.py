@@ -1,0 +1,129 @@
+"""TorchStrategy, the base class of the torch strategies (parbench.run.loop.Strategy): the
+constructor every strategy follows, and what they all do alike once built.
+
+The constructor is a template: threads and seed, this process's devices (``setup_devices``: a
+strategy with a process group joins it there), peak memory counters reset, the canonical weights
+loaded into the model on the first device, the module as the strategy trains it
+(``convert_module``: DDP's --sync-bn), the module wrapped (``wrap``: compiled, DataParallel,
+DDP), the run's optimizer, the Step in the run's modes (pausing gradient communication with
+``hold_gradients`` for all but the last micro-batch), then which rows this process reads
+(``data_shard``). A strategy file overrides only those hooks, and what else differs (its
+loader, the sum across processes, its notes, its profiler, the release of its process group),
+so it shows what its strategy adds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+
+import numpy as np
+import torch
+from torch import nn
+
+from parbench.contract.data import Dataset
+from parbench.contract.weights import load_weights
+from parbench.run.feeds import Feed
+from parbench.run.job import Job
+from parbench.run.modes import Observed
+
+from . import runtime
+from .model import build_model, export_weights
+from .profile import StepProfiler
+from .tasks import loss_for
+
+
+class TorchStrategy(ABC):
+    """What every torch strategy does alike; a subclass supplies the hooks of its constructor
+    (see the module's docstring) and overrides what else differs. ``devices``: the devices this
+    process drives, inputs on the first; ``module``: the bare nn.Module (canonical parameter
+    names), what the optimizer updates and the weights are exported from; ``model``: what
+    training calls (the module wrapped); ``step``: its runtime.Step."""
+
+    def __init__(self, job: Job):
+        self.task_loss = loss_for(job.task)  # first: a task torch lacks fails before setup
+        runtime.setup_threads(job)
+        self.modes = job.modes
+        self.devices: list[torch.device] = self.setup_devices(job)
+        runtime.reset_peak_memory(self.devices)
+        weights = load_weights(job.weights_path)
+        self.module: nn.Module = self.convert_module(build_model(job.spec, weights).to(self.device))
+        self.model: nn.Module = self.wrap(self.module)
+        self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
+        self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
+                                 self.modes, self.task_loss, no_sync=self.hold_gradients,
+                                 clip=job.optimizer_spec.clip_grad_norm)
+        self.rank, self.num_processes = self.data_shard(job)
+
+    @property
+    def device(self) -> torch.device:
+        """Where inputs, labels and the loss go: the first of this process's devices."""
+        return self.devices[0]
+
+    # The constructor's hooks, in the order it calls them.
+
+    @abstractmethod
+    def setup_devices(self, job: Job) -> list[torch.device]:
+        """The devices this process drives (after joining its process group, if it has one)."""
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        """The built module as this strategy trains it, before wrapping: as it is."""
+        return module
+
+    @abstractmethod
+    def wrap(self, module: nn.Module) -> nn.Module:
+        """What training calls: the module, compiled or wrapped by the strategy."""
+
+    def hold_gradients(self) -> AbstractContextManager:
+        """Around the forward and backward of every micro-batch but the last: no gradient
+        communication to pause here (DDP's no_sync)."""
+        return nullcontext()
+
+    def data_shard(self, job: Job) -> tuple[int, int]:
+        """(this process's rank, the processes that read data): one process reads every row of
+        each global batch."""
+        return 0, 1
+
+    # What the loop calls (parbench.run.loop.Strategy).
+
+    @abstractmethod
+    def native_feed(self, job: Job, data: Dataset) -> Feed:
+        """--input native: this process's batches from a torch DataLoader (see input.py)."""
+
+    def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
+        return self.step(x, y, lr)
+
+    def evaluation_model(self) -> nn.Module:
+        """What evaluation calls: the eager module (only training steps are compiled)."""
+        return self.module
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+        return runtime.evaluate(self.evaluation_model(), x, y, self.device,
+                                self.modes.precision, self.task_loss)
+
+    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return values  # one process
+
+    def synchronize(self) -> None:
+        for device in self.devices:
+            runtime.synchronize(device)
+
+    def peak_device_mb(self) -> list[float] | None:
+        return runtime.peak_device_mb(self.devices)
+
+    def export_weights(self) -> dict[str, np.ndarray]:
+        return export_weights(self.module)
+
+    def describe(self) -> dict:
+        return runtime.describe(self.devices)
+
+    def observed(self) -> Observed:
+        """What the run modes did on the first step, as Step saw it."""
+        return self.step.observed()
+
+    def profiler(self) -> StepProfiler:
+        """--profile's steps, timed by phase (see profile.py)."""
+        return StepProfiler(self.step, self.synchronize)
+
+    def teardown(self, failed: bool) -> None:
+        pass  # no process group to release
