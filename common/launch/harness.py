@@ -255,7 +255,7 @@ def _record(prepared: Prepared, repeat: int, run: Execution) -> dict:
         "repeat": repeat, "global_batch": plan.global_batch,
         "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
         "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling,
-        "steps": len(logs[0].step_s) if logs else plan.total_steps,
+        "steps": len(logs[0].step_s) if run.status == "ok" else plan.total_steps,
         "optimizer": plan.optimizer.as_dict(), "dataset": cfg.dataset,
         "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": cfg.as_dict(),
         "variant": run_variant(plan), "modes": plan.modes.as_dict(), "metrics": metrics,
