@@ -66,10 +66,10 @@ def bare_torch(steps: int, threads: int) -> list[float]:
 
 
 def bare_tensorflow(steps: int, threads: int) -> list[float]:
-    from parbench.frameworks.tensorflow import runtime
     from parbench.frameworks.tensorflow.model import build_model
     from parbench.frameworks.tensorflow.optimizers import make_optimizer
     from parbench.frameworks.tensorflow.runtime import tf
+    from parbench.frameworks.tensorflow.tasks import IMAGE_CLASSIFICATION
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
@@ -81,7 +81,7 @@ def bare_tensorflow(steps: int, threads: int) -> list[float]:
     def step(x, y, lr):
         optimizer.learning_rate.assign(lr)
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(runtime.per_example_loss(y, model(x, training=True)))
+            loss = tf.reduce_mean(IMAGE_CLASSIFICATION.per_example_loss(y, model(x, training=True)))
         optimizer.apply(tape.gradient(loss, model.trainable_variables),
                         model.trainable_variables)
         return loss

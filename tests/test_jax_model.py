@@ -78,7 +78,7 @@ from parbench.contract.tasks import ImageClassification
 from parbench.frameworks.jax.model import (apply, evaluate, export_weights, loss_fn,
                                            split_weights)
 from parbench.frameworks.jax.optim import clip, make_optimizer
-from parbench.frameworks.jax.tasks import for_task
+from parbench.frameworks.jax.tasks import loss_for
 
 f32 = np.float32
 rng = np.random.default_rng(0)
@@ -240,7 +240,7 @@ def loss_and_evaluate():
     spec = spec_from_dict(spec_d)
     params, stats = split_weights(spec, weights)
     y = rng.integers(0, 10, len(x))
-    task = for_task(ImageClassification(10))
+    task = loss_for(ImageClassification(10))
     loss, new_stats = jax.jit(partial(loss_fn, task=task), static_argnums=(0,))(
         spec, params, stats, x, y)
     logits, _ = apply_jit(spec, params, stats, x, True)
@@ -335,14 +335,14 @@ from parbench.contract.spec import spec_from_dict
 from functools import partial
 from parbench.contract.tasks import ImageClassification
 from parbench.frameworks.jax.model import apply, loss_fn, split_weights
-from parbench.frameworks.jax.tasks import for_task
+from parbench.frameworks.jax.tasks import loss_for
 
 assert jax.device_count() == 2
 spec_d, weights, x = forward_inputs("resnet")
 spec = spec_from_dict(spec_d)
 params, stats = split_weights(spec, weights)
 y = np.random.default_rng(3).integers(0, 10, len(x))
-grad = jax.grad(partial(loss_fn, task=for_task(ImageClassification(10))), argnums=1,
+grad = jax.grad(partial(loss_fn, task=loss_for(ImageClassification(10))), argnums=1,
                 has_aux=True)
 one_logits, one_stats = jax.jit(apply, static_argnums=(0, 4))(spec, params, stats, x, True)
 one_grads, _ = jax.jit(grad, static_argnums=(0,))(spec, params, stats, x, y)

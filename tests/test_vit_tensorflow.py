@@ -32,6 +32,7 @@ import dataclasses, json, math
 import numpy as np
 from parbench.frameworks.tensorflow import runtime
 from parbench.frameworks.tensorflow.runtime import keras, tf
+from parbench.frameworks.tensorflow.tasks import IMAGE_CLASSIFICATION
 
 DEVICES = runtime.configure_devices(0, 2)  # two logical CPUs, before the first TF op
 tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -133,7 +134,7 @@ def applied(strategy, make, keras_sgd=False):
     def replica(x, y):
         with tf.GradientTape() as tape:
             loss = tf.nn.compute_average_loss(
-                runtime.per_example_loss(y, model(x, training=True)), global_batch_size=len(Y))
+                IMAGE_CLASSIFICATION.per_example_loss(y, model(x, training=True)), global_batch_size=len(Y))
         optimizer.apply(tape.gradient(loss, model.trainable_variables),
                         model.trainable_variables)
 

@@ -183,7 +183,7 @@ def loss_fn(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.
             task: TaskLoss) -> tuple[jax.Array, Stats]:
     """(the task's mean loss over the rows given, statistics after the pass): for image
     classification the mean cross-entropy, what torch's ``CrossEntropyLoss`` computes; the
-    statistics are ``jax.value_and_grad``'s aux; ``task`` is the run's (tasks.for_task).
+    statistics are ``jax.value_and_grad``'s aux; ``task`` is the run's (tasks.loss_for).
 
     Its gradient inside a data-parallel map (measured, 2 CPU devices, jax 0.10.2): under
     ``pmap`` each device gets its own rows' gradient, which ``lax.pmean`` turns into the global

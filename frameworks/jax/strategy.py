@@ -69,7 +69,7 @@ class JaxStrategy(ABC):
         # model: canonical weights as (parameters, running statistics), the shared optimizer
         # rule (--optimizer, --clip-grad-norm) and the run's task, placed where the step
         # keeps them; every copy comes from the same host arrays, so none needs a broadcast
-        self.spec, self.task = job.spec, tasks.for_task(job.task)
+        self.spec, self.task = job.spec, tasks.loss_for(job.task)
         self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
         self.clip = job.optimizer_spec.clip_grad_norm
         state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)

@@ -2,7 +2,7 @@
 and the evaluation's outputs, computed from a model's outputs and the labels, written once.
 
 ``model.loss_fn`` and ``model.evaluate`` put a model's forward in front of them; every strategy
-takes its run's task from ``for_task(job.task)``, so nothing else in frameworks/jax assumes
+takes its run's task from ``loss_for(job.task)``, so nothing else in frameworks/jax assumes
 image classification. A task here holds no arrays and hashes by identity: a jitted function may
 close over it or take it as a static argument.
 """
@@ -58,7 +58,7 @@ class ImageClassification(TaskLoss):
 IMPLEMENTED: dict[str, TaskLoss] = {task.name: task for task in (ImageClassification(),)}
 
 
-def for_task(task: contract.Task) -> TaskLoss:
+def loss_for(task: contract.Task) -> TaskLoss:
     """JAX's loss and evaluation for the run's task (``job.task``); a task written in the
     contract but not here is an error that names the implemented ones."""
     if task.name not in IMPLEMENTED:

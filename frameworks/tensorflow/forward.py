@@ -11,7 +11,7 @@ from parbench.contract.spec import spec_from_dict
 from parbench.contract.weights import load_weights, save_weights
 
 from .model import build_model, export_weights
-from .runtime import tf
+from .tfkeras import tf
 
 
 def main(request_path: str) -> None:

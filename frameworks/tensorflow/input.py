@@ -41,7 +41,7 @@ from parbench.contract.data import Dataset
 from parbench.run.feeds import LOADER, Batch
 from parbench.run.job import Job
 
-from .runtime import tf
+from .tfkeras import tf
 
 AUTOTUNE = tf.data.AUTOTUNE
 

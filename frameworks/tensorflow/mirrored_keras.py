@@ -1,5 +1,6 @@
 """tf-mirrored-keras: ``MirroredStrategy`` through Keras ``model.fit``, how most TF users write
-data-parallel training. Devices, model, optimizer and the replica-device check are tf-mirrored's.
+data-parallel training. It is tf-mirrored (``MirroredKeras`` subclasses ``Mirrored``): its
+devices, model, optimizer and replica-device check, with fit driving the steps.
 
 What fit changes, and how the contract still holds:
 
@@ -18,9 +19,11 @@ What fit changes, and how the contract still holds:
   arrays generator simply starts again at the contract's first batch.
 * Learning rate: a schedule indexed by the optimizer's step counter, holding
   ``parbench.optim.lr_at`` of every step.
-* Loss: Keras' own (each replica's shard mean divided by N, what the custom loop computes
-  as the shard's sum over the global batch). The train step is Keras' default, except that it
-  reports each step's loss; the default reports the epoch's running mean.
+* Loss: the task's per-example loss (tasks.py), the one the custom loops use, as a Keras loss
+  reduced the Keras way (each replica's shard mean divided by N, what the custom loop computes
+  as the shard's sum over the global batch): fit's arithmetic stays Keras' own. The train step
+  is Keras' default, except that it reports each step's loss; the default reports the epoch's
+  running mean.
 * Optimizer: the custom loops' shared rule, passed to ``compile``; its --clip-grad-norm clips
   the replicas' *summed* gradient inside the optimizer's cross-replica sum, where Keras' own
   ``global_clipnorm`` would clip each replica's part before the sum (optimizers.py).
@@ -52,15 +55,15 @@ from typing import NoReturn
 
 import numpy as np
 
-from parbench.contract.batches import eval_slice, shard_slice
+from parbench.contract.batches import shard_slice
 from parbench.contract.data import Dataset
 from parbench.contract.optim import lr_at
-from parbench.contract.weights import load_weights
-from parbench.run.feeds import Batch, Feed, FeedLog, run_length
+from parbench.run.feeds import Batch, FeedLog, run_length
 from parbench.run.job import Job
 from parbench.run.loop import (
     Progress,
     RankLog,
+    all_finite,
     check_modes,
     evaluate_test_set,
     finish_rank_log,
@@ -72,9 +75,8 @@ from parbench.run.modes import Observed
 
 from . import runtime
 from .input import TFDataFeed
-from .model import build_model
-from .optimizers import make_optimizer
-from .runtime import keras, tf
+from .mirrored import Mirrored
+from .tfkeras import keras, tf
 
 FIT_TIMING_NOTE = ("Keras fit: fit takes each batch from its tf.data pipeline inside the compiled "
                    "train function; a step is timed from batch-begin to batch-end hook, less the "
@@ -156,49 +158,40 @@ class StepLossModel(keras.Model):
         return {"loss": loss * self.distribute_strategy.num_replicas_in_sync}
 
 
-class MirroredKeras(runtime.TFStrategy):
-    # --- setup: threads, then one device per replica, before any TF op
-    def __init__(self, job: Job):
-        self.job, self.threads = job, runtime.setup_threads(job)
-        devices = runtime.configure_devices(0, job.world_size)
-        self.reduction = tf.distribute.NcclAllReduce() if "gpu" in devices[0] \
-            else tf.distribute.ReductionToOneDevice()
-        self.strategy = tf.distribute.MirroredStrategy(devices,
-                                                       cross_device_ops=self.reduction)
-        # --- data shard: fit reads one pipeline, every global batch as its N shards in replica
-        # order (before the model: the run's length sets the learning-rate schedule)
-        self.rank, self.num_processes = 0, 1
+class MirroredKeras(Mirrored):
+    # --- setup: tf-mirrored's (Mirrored.distribution): one device per replica, before any TF
+    # op; the record says fit drove the steps
+    def describe_extras(self) -> dict:
+        return {**super().describe_extras(), "keras_fit": True}
+
+    # --- model: compiled in the scope with the shared rule (clipping the replicas' summed
+    # gradient, as the custom loops do) and the common schedule over the run's length (which
+    # the data shard's pipeline sets); fit trains the spec's model wrapped in StepLossModel,
+    # its loss the task's (tasks.py) as a Keras loss
+    def learning_rate(self, job: Job) -> StepRates:
+        return StepRates([lr_at(step, self.total, job.optimizer_spec)
+                          for step in range(self.total)])
+
+    def build_trainer(self, job: Job) -> None:
+        self.probe = FeedProbe(job.global_batch // job.world_size)
+        self.fit_model = StepLossModel(self.model, self.optimizer, job.modes.compile, self.probe)
+        # fit's own XLA would compile the optimizer too: StepLossModel compiles less
+        self.fit_model.compile(optimizer=self.optimizer, loss=self.task.keras_loss(),
+                               jit_compile=False, steps_per_execution=1)
+
+    # --- data shard: tf-mirrored's (the one process reads every global batch); fit reads it
+    # from one pipeline, every global batch as its N shards in replica order, opened before the
+    # model: the run's length sets the learning-rate schedule
+    def open_input(self, job: Job) -> None:
         self.data = Dataset.load(job.data_path, job.dataset, job.num_classes)
         self.feed = open_feed(job, self, self.data)
         self.total = run_length(job, self.feed)
         self.dataset = self.feed.distributed if isinstance(self.feed, TFDataFeed) else \
             self.strategy.distribute_datasets_from_function(self._contract_pipeline)
-        # --- model: compiled in the scope with the shared rule (clipping the replicas' summed
-        # gradient, as the custom loops do) and the common schedule; fit trains the spec's
-        # model wrapped in StepLossModel
-        self.spec, modes = job.spec, job.modes
-        runtime.set_precision(modes.precision)  # before the layers are created
-        rates = [lr_at(step, self.total, job.optimizer_spec) for step in range(self.total)]
-        with self.strategy.scope():
-            self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
-            self.optimizer = make_optimizer(self.model, self.spec, job.optimizer_spec,
-                                            modes.precision, StepRates(rates))
-            self.probe = FeedProbe(job.global_batch // job.world_size)
-            self.fit_model = StepLossModel(self.model, self.optimizer, modes.compile,
-                                           self.probe)
-            self.fit_model.compile(
-                optimizer=self.optimizer,
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                # fit's own XLA would compile the optimizer too: StepLossModel compiles less
-                jit_compile=False, steps_per_execution=1)
-        self.devices = runtime.checked_replica_devices(self.strategy, self.model)
-        runtime.reset_peak_memory(self.devices)
-        self.eval_step = runtime.make_eval_step(self.strategy, self.model)
 
-    # --- input: tf.data through distribute_datasets_from_function (see input.py), handed to
-    # fit as it is: one pipeline, consecutive per-replica batches in replica order
-    def native_feed(self, job: Job, data: Dataset) -> Feed:
-        return TFDataFeed(self.strategy, job, data)
+    # --- input: tf.data through distribute_datasets_from_function (TFStrategy.native_feed,
+    # input.py), handed to fit as it is: one pipeline, consecutive per-replica batches in
+    # replica order
 
     # --- contract pipeline: --input arrays through fit, the loop's ArrayFeed as a tf.data
     # generator of (x, y, indices) shards, N per global batch in replica order
@@ -217,21 +210,21 @@ class MirroredKeras(runtime.TFStrategy):
                                                 output_signature=signature)
         return shards.prefetch(2 * self.job.world_size)  # the next two global batches
 
-    # --- step: fit runs Keras' train step on every replica; StepLog times it
+    # --- step: fit runs Keras' train step on every replica; StepLog times it, as the record
+    # notes
+    notes = (FIT_TIMING_NOTE,)
+
     def train(self) -> RankLog:
         log = StepLog(self)
         self.fit_model.fit(self.dataset, epochs=1, steps_per_epoch=self.total,
                            callbacks=[log], verbose=2 if self.job.verbose else 0)
         return log.finish()
 
-    # --- eval: the chunk split over the replicas, their predictions joined in row order
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
+    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> NoReturn:
+        raise NotImplementedError("Keras fit takes the steps (MirroredKeras.train)")
 
-    def describe(self) -> dict:
-        return runtime.describe(self.devices, [FIT_TIMING_NOTE],
-                                cross_device_ops=type(self.reduction).__name__, keras_fit=True,
-                                **self.threads)
+    # --- eval: the chunk split over the replicas, their predictions joined in row order
+    # (TFStrategy.evaluate, as tf-mirrored), called by StepLog at every epoch end
 
     # --- modes: what precision, compile, sync-bn and grad-accum really did in the traced step
     def observed(self) -> Observed:
@@ -273,12 +266,15 @@ class StepLog(keras.callbacks.Callback):
         if batch == 0:
             check_modes(self.job, self.strategy)
         self.progress.update(batch + 1)
+        if not all_finite(self.strategy, self.log.losses[-1]):  # as the loop stops
+            self.log.diverged_step, self.model.stop_training = batch, True
+            return
         if epoch_end or batch == self.total - 1:
             self.log.evals.append(evaluate_test_set(self.strategy, self.strategy.data,
                                                     self.job.task, batch, self.train_s))
 
     def finish(self) -> RankLog:
-        self.progress.update(self.total, force=True)
+        self.progress.update(len(self.log.step_s), force=True)
         return finish_rank_log(self.job, self.strategy, self.log, self.fed)
 
 

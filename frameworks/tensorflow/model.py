@@ -1,6 +1,6 @@
 """Builds the spec's model as a Keras 3 model (TensorFlow backend) and moves canonical weights
-in and out. The ResNet and the MLP are here, the vision transformer in vit.py; ``BUILDERS``
-picks one by ``spec.kind``.
+in and out. The ResNet and the MLP are here, the vision transformer in vit.py, all three on
+layers.py's RecordingModel; ``BUILDERS`` picks one by ``spec.kind``.
 
 Layouts differ from the canonical ones and are converted on load and export: conv kernels are
 HWIO here (OIHW canonical), dense kernels [in, out] (canonical [out, in]). The ResNet takes the
@@ -32,7 +32,10 @@ from parbench.contract.spec import (
     resnet_blocks,
 )
 
-from .runtime import SUM, keras, tf
+from .layers import RecordingModel
+from .runtime import SUM
+from .tfkeras import keras, tf
+from .vit import ViT
 
 
 class TorchBatchNorm(keras.layers.Layer):
@@ -155,23 +158,6 @@ def _dense_variables(layer: keras.layers.Dense, prefix: str) -> dict:
     return {f"{prefix}.weight": layer.kernel, f"{prefix}.bias": layer.bias}
 
 
-class RecordingModel(keras.Model):
-    """A model that notes, while its first training forward is traced, the dtype of its first
-    layer's output: what the run really computed in, whatever policy was asked for."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.first_output_dtype: str | None = None
-
-    def _record(self, first_output: tf.Tensor, training: bool) -> tf.Tensor:
-        if training and self.first_output_dtype is None:
-            self.first_output_dtype = first_output.dtype.name
-        return first_output
-
-    def batchnorms(self) -> list[TorchBatchNorm]:
-        return []
-
-
 class ResNet(RecordingModel):
     def __init__(self, spec: ResNetSpec, sync_bn: bool = False, **kwargs):
         super().__init__(**kwargs)
@@ -235,16 +221,11 @@ def to_canonical_layout(array: np.ndarray, role: Role | str) -> np.ndarray:
     return array if axes is None else array.transpose(axes)
 
 
-def _vit(spec, sync_bn: bool) -> RecordingModel:
-    from .vit import ViT  # vit.py builds on RecordingModel above: imported when asked for
-
-    return ViT(spec)  # no BatchNorm: --sync-bn is refused for it before anything starts
-
-
-# One builder per model kind (parbench.spec.KINDS); a kind missing here is an error.
+# One builder per model kind (parbench.spec.KINDS); a kind missing here is an error. The ViT
+# has no BatchNorm: --sync-bn is refused for it before anything starts.
 BUILDERS = {"resnet": lambda spec, sync_bn: ResNet(spec, sync_bn),
             "mlp": lambda spec, sync_bn: MLP(spec),
-            "vit": _vit}
+            "vit": lambda spec, sync_bn: ViT(spec)}
 
 
 def build_model(spec: ModelSpec, weights: dict[str, np.ndarray],

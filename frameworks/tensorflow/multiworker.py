@@ -19,10 +19,6 @@ from functools import partial
 
 import numpy as np
 
-from parbench.contract.batches import eval_slice
-from parbench.contract.data import Dataset
-from parbench.contract.weights import load_weights
-from parbench.run.feeds import Feed
 from parbench.run.job import Job
 from parbench.run.loop import run_worker
 
@@ -30,61 +26,54 @@ from . import cluster
 
 GLOBAL_LOSS_NOTE = "every worker reports the global-batch loss (strategy.reduce), not its own"
 
-if cluster.worker_index() is not None:  # the supervising process never imports TensorFlow
+# Conditional on purpose: the supervising process (no worker index) only starts the workers
+# (cluster.run) and must not import TensorFlow, 10 s and hundreds of MiB for a process that
+# waits; every worker imports it here and builds MultiWorker. These imports are not hidden from
+# the import contracts: grimp reads them like any other.
+if cluster.worker_index() is not None:
     from . import runtime
-    from .input import TFDataFeed
-    from .model import build_model
-    from .optimizers import make_optimizer
-    from .runtime import TFStrategy, tf
-else:  # it only starts the workers, and each worker builds the strategy
+    from .strategy import TFStrategy
+    from .tfkeras import tf
+else:  # MultiWorker is never built in the supervisor: it needs only a base to define it on
     TFStrategy = object
 
 
 class MultiWorker(TFStrategy):
-    # --- setup: threads, this worker's device (numbered on its node), then the cluster
-    # from TF_CONFIG
+    # --- setup: this worker's device (numbered on its node), then the cluster from TF_CONFIG,
+    # whose task index the tf-config launcher gave this worker
     def __init__(self, job: Job, index: int):
-        self.threads = runtime.setup_threads(job)
-        devices = runtime.configure_devices(index - job.first_rank, 1)  # this node's GPU
+        self.index = index
+        super().__init__(job)
+
+    def distribution(self, job: Job) -> tf.distribute.MultiWorkerMirroredStrategy:
+        devices = runtime.configure_devices(self.index - job.first_rank, 1)  # this node's GPU
         implementation = tf.distribute.experimental.CommunicationImplementation
         self.communication = implementation.NCCL if "gpu" in devices[0] else implementation.RING
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        return tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=self.communication))
-        # --- model: every worker loads the same canonical weights (TF also broadcasts task 0's)
-        self.spec, modes = job.spec, job.modes
-        runtime.set_precision(modes.precision)  # before the layers are created
-        with self.strategy.scope():
-            self.model = build_model(self.spec, load_weights(job.weights_path), modes.sync_bn)
-            self.optimizer = make_optimizer(self.model, self.spec, job.optimizer_spec,
-                                            modes.precision)
-        self.devices = runtime.checked_replica_devices(self.strategy, self.model)
-        runtime.reset_peak_memory(self.devices)
-        self.step = runtime.TrainStep(self.strategy, self.model, self.optimizer,
-                                      job.global_batch, modes)
-        self.eval_step = runtime.make_eval_step(self.strategy, self.model)
-        # --- data shard: this worker's contiguous part of each global batch
-        self.rank, self.num_processes = index, job.world_size
 
-    # --- input: tf.data through distribute_datasets_from_function (see input.py): each
-    # worker's pipeline keeps its InputContext shard of one permutation (same seed everywhere)
-    def native_feed(self, job: Job, data: Dataset) -> Feed:
-        return TFDataFeed(self.strategy, job, data)
+    def describe_extras(self) -> dict:
+        return {"communication": self.communication.name}
 
-    # --- step: gradients summed across workers (collective all-reduce) in the optimizer
-    def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        return runtime.train_step(self.step, self.strategy, x, y, lr)
+    # --- model: every worker loads the same canonical weights in the strategy's scope
+    # (TFStrategy); TF also broadcasts task 0's
+
+    # --- data shard: this worker's contiguous part of each global batch
+    def data_shard(self, job: Job) -> tuple[int, int]:
+        return self.index, job.world_size
+
+    # --- input: tf.data through distribute_datasets_from_function (TFStrategy.native_feed,
+    # input.py): each worker's pipeline keeps its InputContext shard of one permutation (same
+    # seed everywhere)
+
+    # --- step: gradients summed across workers (collective all-reduce) in the optimizer; the
+    # loss each worker reports is the global batch's, as the record notes
+    notes = (GLOBAL_LOSS_NOTE,)
 
     # --- eval: each worker scores its part of the test set, then the counts are summed
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        return runtime.evaluate(self.strategy, self.eval_step, x, y, eval_slice)
-
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return runtime.all_reduce_sum(self.strategy, values)
-
-    def describe(self) -> dict:
-        return runtime.describe(self.devices, [GLOBAL_LOSS_NOTE],
-                                communication=self.communication.name, **self.threads)
 
 
 def main(job: Job) -> None:

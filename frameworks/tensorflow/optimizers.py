@@ -11,7 +11,7 @@ from __future__ import annotations
 from parbench.contract.optim import CLIP_EPS, OptimizerSpec
 from parbench.contract.spec import ModelSpec, parameters
 
-from .runtime import keras, tf
+from .tfkeras import keras, tf
 
 
 class GlobalNormClip(keras.optimizers.Optimizer):

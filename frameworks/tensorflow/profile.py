@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import keras
 import numpy as np
 from tensorflow.python.profiler.internal import _pywrap_profiler_plugin
 
@@ -29,7 +29,8 @@ from parbench.base.files import private_tempdir
 from parbench.contract.batches import shard_slice
 from parbench.run.profiling import TOP_OPS
 
-from .runtime import SUM, distribute, per_example_loss, synchronize, tf
+from .runtime import SUM, TrainStep, distribute, synchronize
+from .tfkeras import keras, tf
 
 SCOPE = "parbench_profile"  # name scope of the timing functions' operations
 INCLUDES = {
@@ -64,12 +65,10 @@ def _scoped(strategy: tf.distribute.Strategy, replica_fn) -> tf.types.experiment
     return run
 
 
-def _timing_functions(strategy: tf.distribute.Strategy, model: keras.Model) -> tuple:
-    """(forward+loss, forward+loss+gradients, all-reduce or None with one replica)."""
-    def loss_of(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        # the step's loss: the global batch is the replica's rows x the replicas
-        return tf.nn.compute_average_loss(per_example_loss(y, model(x, training=True)))
-
+def _timing_functions(strategy: tf.distribute.Strategy, model: keras.Model,
+                      loss_of: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]) -> tuple:
+    """(forward+loss, forward+loss+gradients, all-reduce or None with one replica), where
+    ``loss_of`` is the real step's loss (TrainStep.loss)."""
     def forward(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         with keras.StatelessScope():  # discards BatchNorm's running-statistic updates
             return loss_of(x, y)
@@ -94,10 +93,11 @@ class StepProfiler:
 
     tool = "tf.profiler (framework_op_stats)"
 
-    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, step,
+    def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model, step: TrainStep,
                  devices: list[str]):
         self.strategy, self.train_step, self.devices = strategy, step, devices
-        self.forward, self.gradients, self.all_reduce = _timing_functions(strategy, model)
+        self.forward, self.gradients, self.all_reduce = _timing_functions(strategy, model,
+                                                                          step.loss)
         self.traced = False
         self.includes = {**INCLUDES, "communication": ALL_REDUCE if self.all_reduce else
                          "one replica: no gradient communication"}

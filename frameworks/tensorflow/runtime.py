@@ -1,34 +1,25 @@
 """What every TensorFlow strategy shares: threads and devices, the compiled train and eval
-steps, feeding each replica its shard, the facts a record needs (versions, devices, memory),
-and TFStrategy, the base class of the strategies.
+steps (each computing the run's task's loss, tasks.py), feeding each replica its shard, the
+facts a record needs (versions, devices, memory). The strategies' base class, which puts these
+together, is strategy.py's TFStrategy.
 
-Importing this module imports TensorFlow, so the environment it reads at import is set first.
+Importing this module imports TensorFlow (through tfkeras.py, which sets the environment it
+reads at import first); ``tf`` and ``keras`` are re-exported for the tests and benchmarks.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-# TensorFlow's C++ logging reads its level once, at import: set it before. A user who wants
-# the logs sets TF_CPP_MIN_LOG_LEVEL=0 themselves (see setup_threads for job.verbose).
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ["KERAS_BACKEND"] = "tensorflow"  # the model is written with TF ops
+import numpy as np
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from parbench.base.devices import physical_gpu
+from parbench.contract.batches import shard_slice
+from parbench.run.job import Job
+from parbench.run.modes import Modes, Observed
 
-from parbench.base.devices import physical_gpu  # noqa: E402
-from parbench.contract.batches import shard_slice  # noqa: E402
-from parbench.run.job import Job  # noqa: E402
-from parbench.run.modes import Modes, Observed  # noqa: E402
-
-if TYPE_CHECKING:
-    from parbench.contract.spec import ModelSpec
-
-    from .profile import StepProfiler
+from .tasks import TaskLoss
+from .tfkeras import keras, tf
 
 SUM = tf.distribute.ReduceOp.SUM
 Splitter = Callable[[int, int, int], slice]  # (rows, parts, part) -> rows of that part
@@ -85,10 +76,6 @@ def set_precision(precision: str) -> None:
     """--precision as Keras' global dtype policy. Layers take the policy in force when they are
     created, so this runs before the model is built; mixed policies keep float32 variables."""
     keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
-
-
-def per_example_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
 
 
 class GradientFunction:
@@ -149,20 +136,23 @@ class TrainStep:
     Each replica splits its rows into ``micro_batches`` contiguous parts, sums their gradients
     and applies them once: the optimizer's cross-replica sum is the step's one reduction. Each
     part's loss is its sum over the *global* batch (``tf.nn.compute_average_loss``), so the
-    parts' gradients add up to the replica's, and the replicas' to the global mean's."""
+    parts' gradients add up to the replica's, and the replicas' to the global mean's. The
+    per-row loss is the task's (tasks.py)."""
 
     def __init__(self, strategy: tf.distribute.Strategy, model: keras.Model,
-                 optimizer: keras.optimizers.Optimizer, global_batch: int, modes: Modes):
-        self.strategy, self.model, self.optimizer = strategy, model, optimizer
+                 optimizer: keras.optimizers.Optimizer, global_batch: int, modes: Modes,
+                 task: TaskLoss):
+        self.strategy, self.model, self.optimizer, self.task = strategy, model, optimizer, task
         self.global_batch, self.micro_batches = global_batch, modes.grad_accum
-        self.gradients = GradientFunction(model, optimizer, self._loss, modes.compile)
+        self.gradients = GradientFunction(model, optimizer, self.loss, modes.compile)
         self.traced_micro_batches = 0  # backward passes one replica step holds, once traced
         self.function = tf.function(self._step)
 
-    def _loss(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+    def loss(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        """The loss of these rows as the step differentiates it (the profiler times it too)."""
         # Sum over these rows / global batch: summed over parts and replicas, the global mean.
-        return tf.nn.compute_average_loss(per_example_loss(y, self.model(x, training=True)),
-                                          global_batch_size=self.global_batch)
+        per_row = self.task.per_example_loss(y, self.model(x, training=True))
+        return tf.nn.compute_average_loss(per_row, global_batch_size=self.global_batch)
 
     def _replica_step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         losses, total = [], None
@@ -208,12 +198,13 @@ def observed(model: keras.Model, gradients: GradientFunction, micro_batches: int
                     clipped_steps=getattr(optimizer, "inner_optimizer", optimizer).clipped())
 
 
-def make_eval_step(strategy: tf.distribute.Strategy, model: keras.Model) -> Callable:
-    """step(x, y) -> per-replica (predicted classes, loss_sum), inference mode."""
+def make_eval_step(strategy: tf.distribute.Strategy, model: keras.Model,
+                   task: TaskLoss) -> Callable:
+    """step(x, y) -> per-replica (the task's outputs of each row, loss_sum), inference mode
+    (image classification: the predicted classes)."""
 
     def replica_eval(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        logits = model(x, training=False)
-        return tf.argmax(logits, axis=1), tf.reduce_sum(per_example_loss(y, logits))
+        return task.evaluation(y, model(x, training=False))
 
     # Eval chunks differ in size (the last one, uneven splits): one trace per shape, no more.
     return tf.function(lambda x, y: strategy.run(replica_eval, args=(x, y)),
@@ -236,14 +227,15 @@ def distribute(strategy: tf.distribute.Strategy, array: np.ndarray, split: Split
 
 def evaluate(strategy: tf.distribute.Strategy, eval_step: Callable, x: np.ndarray,
              y: np.ndarray, split: Splitter) -> tuple[np.ndarray, float]:
-    """(predicted class of each row, loss_sum) over this process's rows: its own replicas only,
-    no collective. Replica r scored rows ``split(n, R, r)``, contiguous and in replica order,
-    so their predictions concatenated in that order are in row order."""
-    predicted, loss_sums = eval_step(distribute(strategy, x, split),
-                                     distribute(strategy, y, split))
-    rows = [np.asarray(p) for p in strategy.experimental_local_results(predicted)]
+    """(the task's outputs of each row, loss_sum) over this process's rows (image
+    classification: the predicted classes, int64): its own replicas only, no collective.
+    Replica r scored rows ``split(n, R, r)``, contiguous and in replica order, so their outputs
+    concatenated in that order are in row order."""
+    outputs, loss_sums = eval_step(distribute(strategy, x, split),
+                                   distribute(strategy, y, split))
+    rows = [np.asarray(p) for p in strategy.experimental_local_results(outputs)]
     loss_sum = sum(float(v) for v in strategy.experimental_local_results(loss_sums))
-    return np.concatenate(rows).astype(np.int64), loss_sum
+    return np.concatenate(rows), loss_sum
 
 
 def all_reduce_sum(strategy: tf.distribute.Strategy, values: np.ndarray) -> np.ndarray:
@@ -292,52 +284,3 @@ def describe(devices: list[str], notes: list[str] | None = None, **extra) -> dic
             "nccl_version": build.get("nccl_version") if gpus else None,
             "keras_version": keras.__version__, "notes": notes or [], **extra}
 
-
-class TFStrategy:
-    """What every TensorFlow strategy does alike (see parbench.loop.Strategy). A subclass sets,
-    in __init__: ``strategy`` (its tf.distribute strategy), ``model`` (the spec's Keras model,
-    canonical weights), ``spec``, ``optimizer``, ``step`` (its TrainStep), ``devices`` (where
-    its replicas hold their weights: checked_replica_devices) and ``threads`` (setup_threads'
-    dict); it overrides what differs: the sum across processes, its notes. Its methods call
-    this module's functions of the same names."""
-
-    strategy: tf.distribute.Strategy
-    model: keras.Model
-    spec: ModelSpec
-    optimizer: keras.optimizers.Optimizer
-    step: TrainStep
-    devices: list[str]
-    threads: dict
-
-    def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
-        return values  # one process
-
-    def synchronize(self) -> None:
-        synchronize(self.devices)
-
-    def peak_device_mb(self) -> list[float] | None:
-        return peak_device_mb(self.devices)
-
-    def export_weights(self) -> dict[str, np.ndarray]:
-        from .model import export_weights  # model.py imports this module
-
-        return export_weights(self.model, self.spec)
-
-    def describe(self) -> dict:
-        return describe(self.devices, **self.threads)
-
-    def observed(self) -> Observed:
-        """What precision, compile, sync-bn and grad-accum really did in the traced step."""
-        return observed(self.model, self.step.gradients, self.step.traced_micro_batches,
-                        self.optimizer)
-
-    def profiler(self) -> StepProfiler:
-        """--profile's steps, split by timing extra compiled functions (see profile.py)."""
-        from .profile import StepProfiler  # profile.py imports this module
-
-        return StepProfiler(self.strategy, self.model, self.step, self.devices)
-
-    def teardown(self, failed: bool) -> None:
-        # TF has no call to leave a strategy or its cluster: the process's exit releases it,
-        # after a failure too (nothing here can wait for a peer)
-        pass

@@ -19,8 +19,8 @@ import numpy as np
 
 from parbench.contract.spec import ViTSpec
 
-from .model import RecordingModel
-from .runtime import keras, tf
+from .layers import RecordingModel
+from .tfkeras import keras, tf
 
 
 def layer_norm(spec: ViTSpec) -> keras.layers.LayerNormalization:

@@ -1,0 +1,80 @@
+"""Each task's computations in TensorFlow, written once (parbench.contract.tasks says what each
+task is): the per-example loss that the custom loops' train step, the eval step and the profiler
+reduce, the same loss as a Keras loss for fit, and what an evaluation returns. ``loss_for`` picks
+them by the run's task (``job.task``); a task TensorFlow does not implement is an error before
+anything is built.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from parbench.contract.tasks import ImageClassification, Task
+
+from .tfkeras import keras, tf
+
+
+class TaskLoss(ABC):
+    """A task's loss and evaluation outputs, from the labels and the model's outputs."""
+
+    name: str  # parbench.contract.tasks' name of the task
+
+    @abstractmethod
+    def per_example_loss(self, labels: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
+        """One loss per row; the callers reduce it (the train step over the global batch)."""
+
+    @abstractmethod
+    def evaluation(self, labels: tf.Tensor, outputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(what the task scores of each row, the rows' summed loss): what a strategy's
+        ``evaluate`` returns for them (see parbench.run.loop.Strategy)."""
+
+    @abstractmethod
+    def keras_loss(self) -> keras.losses.Loss:
+        """``per_example_loss`` as a Keras loss, for fit (see KerasLoss)."""
+
+
+class KerasLoss(keras.losses.Loss):
+    """A task's per-example loss, reduced as Keras' built-in losses are ("sum_over_batch_size":
+    the replica's rows' mean, divided by the replicas in sync under a tf.distribute strategy),
+    so fit computes what it computes with Keras' own loss. Keras hands ``call`` the labels
+    converted to the loss's float dtype: ``labels_dtype`` casts them back."""
+
+    def __init__(self, task: TaskLoss, labels_dtype: tf.DType):
+        super().__init__(name=f"{task.name}_loss", reduction="sum_over_batch_size")
+        self.task, self.labels_dtype = task, labels_dtype
+
+    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+        return self.task.per_example_loss(tf.cast(y_true, self.labels_dtype), y_pred)
+
+
+class TFImageClassification(TaskLoss):
+    """Softmax cross-entropy of the logits against the class index; an evaluation scores the
+    predicted class (the arg max). The models return float32 logits under every precision
+    policy, so the loss is computed in float32."""
+
+    name = ImageClassification.name
+
+    def per_example_loss(self, labels: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=outputs)
+
+    def evaluation(self, labels: tf.Tensor, outputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        predicted = tf.argmax(outputs, axis=1, output_type=tf.int64)
+        return predicted, tf.reduce_sum(self.per_example_loss(labels, outputs))
+
+    def keras_loss(self) -> KerasLoss:
+        # The class indices come back exact (float32 holds integers below 2**24), cast as
+        # Keras' own sparse cross-entropy casts them: fit computes Keras'
+        # SparseCategoricalCrossentropy(from_logits=True) to the bit.
+        return KerasLoss(self, labels_dtype=tf.int64)
+
+
+IMAGE_CLASSIFICATION = TFImageClassification()
+TASK_LOSSES: dict[str, TaskLoss] = {task.name: task for task in (IMAGE_CLASSIFICATION,)}
+
+
+def loss_for(task: Task) -> TaskLoss:
+    """TensorFlow's computations for ``task``; NotImplementedError for one it lacks."""
+    if task.name not in TASK_LOSSES:
+        raise NotImplementedError(f"TensorFlow does not implement the task {task.name!r} "
+                                  f"(it implements {', '.join(sorted(TASK_LOSSES))})")
+    return TASK_LOSSES[task.name]
