@@ -9,9 +9,8 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from parbench.run.registry import BACKENDS, FRAMEWORKS, LAUNCHERS
 

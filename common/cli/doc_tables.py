@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from parbench.results.records import check_folder
-from parbench.results.report import Table, markdown_table, document
+from parbench.results.report import Table, document, markdown_table
 from parbench.results.rows import build_groups
 
 START = re.compile(r"<!-- table: (?P<folder>[\w./-]+) (?P<name>\S.*?) -->")  # fullmatch

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import NoneType
 from typing import get_args, get_type_hints
-
-import tomllib
 
 from parbench.base.devices import cpu_count, gpu_count
 from parbench.base.errors import Unavailable, UsageError

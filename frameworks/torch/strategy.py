@@ -40,6 +40,7 @@ class TorchStrategy(ABC):
     names), what the optimizer updates and the weights are exported from; ``model``: what
     training calls (the module wrapped); ``step``: its runtime.Step."""
 
+    # --- recipe: the constructor every torch strategy runs; a strategy file fills in its hooks
     def __init__(self, job: Job):
         self.task_loss = loss_for(job.task)  # first: a task torch lacks fails before setup
         runtime.setup_threads(job)
@@ -60,7 +61,7 @@ class TorchStrategy(ABC):
         """Where inputs, labels and the loss go: the first of this process's devices."""
         return self.devices[0]
 
-    # The constructor's hooks, in the order it calls them.
+    # --- hooks: the constructor's, in the order it calls them
 
     @abstractmethod
     def setup_devices(self, job: Job) -> list[torch.device]:
