@@ -50,8 +50,11 @@ def test_packaging_and_tox_know_every_framework():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extras = project["project"]["optional-dependencies"]
     packages = project["tool"]["setuptools"]["packages"]
+    independent = next(c["modules"] for c in project["tool"]["importlinter"]["contracts"]
+                       if c["type"] == "independence")
     envs = tox_envs()
     for framework in FRAMEWORKS.values():
+        assert f"parbench.frameworks.{framework.name}" in independent  # kept apart
         assert framework.extra in extras
         assert f"parbench.frameworks.{framework.name}" in packages
         assert f"compare-{framework.name}" in envs
