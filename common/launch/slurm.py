@@ -133,8 +133,9 @@ def sbatch_script(backend: str, run_args: list[str], nodes: int, gpus_per_node: 
         raise UsageError(f"--nodes wants 1 or more; got {nodes}")
     if gpus_per_node < 0:
         raise UsageError(f"--gpus-per-node wants 0 or more; got {gpus_per_node}")
-    if not 1 <= master_port <= 65535:
-        raise UsageError(f"--master-port wants a port in 1..65535; got {master_port}")
+    if not 1 <= master_port <= 65534:  # the check-in listens on PORT+1 (parbench.launch.nodes)
+        raise UsageError(f"--master-port wants a port in 1..65534 (parbench also uses PORT+1); "
+                         f"got {master_port}")
     clash = [option for option in SET_BY_SCRIPT if _given(run_args, option)]
     if clash:
         raise UsageError(f"{clash[0]}: the script sets it from Slurm's environment; leave it "

@@ -17,6 +17,7 @@ from parbench.contract.tasks import Task
 from parbench.run.modes import MODES
 from parbench.run.registry import FRAMEWORKS
 
+from .envrows import environment_rows
 from .headline import headline_columns, headline_rows, warnings
 from .noderows import NODE_SCORES, node_rows, node_scores
 from .records import BUSY_LOAD_PER_CORE
@@ -29,7 +30,6 @@ from .rows import (
     Group,
     Row,
     build_groups,
-    environment_rows,
     throughput_column,
 )
 

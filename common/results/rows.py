@@ -1,13 +1,14 @@
 """The report's rows: the runs of one spec grouped into one row per backend x devices x
 launcher x nodes, grouped by framework with its single-device baseline first, and each row's
-cells (medians over repeats, spread, cv % and noise, scaling efficiency, memory). noderows.py
-splits a multi-node row by node; report.py lays them out as tables; headline.py picks the
-headline's rows; plots.py draws them."""
+cells (medians over repeats, spread, cv % and noise, scaling efficiency, memory, the task's
+quality columns); profiled and diverged runs in rows of their own. noderows.py splits a
+multi-node row by node, envrows.py lists the environments; report.py lays them out as tables;
+headline.py picks the headline's rows; plots.py draws them."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -318,26 +319,3 @@ def build_groups(records: list[dict]) -> list[Group]:
     return groups
 
 
-def _short(commit: str | None) -> str | None:
-    """A commit as 10 hex digits, keeping a '-dirty' suffix (like the spec's 10)."""
-    return commit and commit[:10] + commit[40:]
-
-
-def environment_rows(groups: list[Group]) -> list[dict[str, Cell]]:
-    """One row per distinct environment of a backend x devices x launcher, counting its runs."""
-    rows: dict[tuple, dict[str, Cell]] = {}
-    for group in groups:
-        for row in group.all_rows:
-            for r in row.runs:
-                env = r["env"]
-                names = ", ".join(f"{n}x {name}" for name, n in Counter(env["device_names"])
-                                  .items()) or None
-                cells = {"spec": group.sha[:10], **{k: row.cells[k] for k in RUN_KEY},
-                         "python": env["python"], "OS": env["os"], "CPU": env["cpu_model"],
-                         "cores": env["cores"], "threads/worker": env["threads_per_worker"],
-                         "framework": r["framework"], "version": env["framework_version"],
-                         "device names": names, "CUDA": env["cuda_version"],
-                         "NCCL": env["nccl_version"], "git commit": _short(env["git_commit"])}
-                key = tuple(map(str, cells.values()))
-                rows.setdefault(key, {**cells, "runs": 0})["runs"] += 1
-    return list(rows.values())

@@ -3,9 +3,11 @@
 A strategy file (``frameworks/<framework>/<strategy>.py``) supplies a ``Strategy``: how to set
 up, build the model, take a step and evaluate. This loop owns everything that must be identical
 across frameworks: which rows each process reads, the learning rate of each step, when to
-evaluate, and how time and memory are measured. Each process writes ``rank<N>.json`` at the end;
-the harness aggregates those files into the run's record. With ``--profile``, the steps of
-``job.profile_steps`` go through the strategy's profiler instead (see profile.py).
+evaluate and how the run's task scores it, when a loss that is no longer finite stops training
+(every process at the same step), and how time and memory are measured. Each process writes
+``rank<N>.json`` at the end; the harness aggregates those files into the run's record. With
+``--profile``, the steps of ``job.profile_steps`` go through the strategy's profiler instead
+(see profiling.py).
 """
 
 from __future__ import annotations
