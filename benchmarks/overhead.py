@@ -2,7 +2,7 @@
 builder, weights, batches, learning rates and thread settings, in a fresh process) against
 `parbench run <framework>-single`, alternating rounds so that drift hits both sides.
 
-    python benchmarks/overhead.py --framework torch|tensorflow|paddle [--rounds 3]
+    python benchmarks/overhead.py --framework torch|tensorflow|paddle|jax [--rounds 3]
                                   [--steps 60] [--threads N]
 
 Prints one line per framework, ending in `harness overhead: +X.X%` (the median over rounds of
@@ -14,9 +14,11 @@ read back to the host), so the difference is what the harness adds inside the st
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
+from functools import partial
 
 import numpy as np
 from timing import BATCH, child_env, describe_rounds, parbench_run, step_ms
@@ -29,7 +31,8 @@ from parbench.contract.spec import build_spec
 from parbench.contract.weights import initial_weights
 from parbench.results.metrics import warmup_steps
 
-SINGLE = {"torch": "torch-single", "tensorflow": "tf-single", "paddle": "paddle-single"}
+SINGLE = {"torch": "torch-single", "tensorflow": "tf-single", "paddle": "paddle-single",
+          "jax": "jax-single"}
 
 
 def batches(steps: int):
@@ -121,7 +124,40 @@ def bare_paddle(steps: int, threads: int) -> list[float]:
     return times
 
 
-BARE = {"torch": bare_torch, "tensorflow": bare_tensorflow, "paddle": bare_paddle}
+def bare_jax(steps: int, threads: int) -> list[float]:
+    """One jitted step on one device: the loss's value_and_grad, the shared SGD rule, the
+    BatchNorm statistics carried along (what jax-single's compiled step does, written plainly).
+    PJRT_NPROC, the setting that bounds XLA's CPU pool, is read when the backend starts."""
+    os.environ["PJRT_NPROC"] = str(threads)
+    import jax
+
+    from parbench.contract.tasks import ImageClassification
+    from parbench.frameworks.jax import model
+    from parbench.frameworks.jax.optim import make_optimizer
+    from parbench.frameworks.jax.tasks import loss_for
+
+    spec, weights, feed = batches(steps)
+    params, stats = model.split_weights(spec, weights)
+    optimizer = make_optimizer(spec, OptimizerSpec())
+    loss_of = partial(model.loss_fn, spec, task=loss_for(ImageClassification(10)))
+
+    @jax.jit
+    def step(params, stats, opt_state, x, y, lr):
+        (loss, stats), grads = jax.value_and_grad(loss_of, has_aux=True)(params, stats, x, y)
+        params, opt_state = optimizer.update(grads, opt_state, params, lr)
+        return params, stats, opt_state, loss
+
+    opt_state, times = optimizer.init(params), []
+    for x, y, lr in feed:
+        start = time.perf_counter()
+        params, stats, opt_state, loss = step(params, stats, opt_state, x, y, np.float32(lr))
+        float(loss)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+BARE = {"torch": bare_torch, "tensorflow": bare_tensorflow, "paddle": bare_paddle,
+        "jax": bare_jax}
 
 
 def bare_in_fresh_process(framework: str, steps: int, threads: int) -> float:
@@ -134,7 +170,7 @@ def bare_in_fresh_process(framework: str, steps: int, threads: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=sorted(BARE), action="append",
-                        help="repeatable; default: all three")
+                        help="repeatable; default: all four")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=cpu_count())

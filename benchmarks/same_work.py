@@ -27,6 +27,8 @@ PATHS = {
                    ("tf-mirrored-keras", ["--devices", "1"])],
     "paddle": [("paddle-single", []), ("paddle-spawn", ["--devices", "1"]),
                ("paddle-launch", ["--devices", "1"])],
+    "jax": [("jax-single", []), ("jax-pmap", ["--devices", "1"]),
+            ("jax-sharded", ["--devices", "1"])],
 }
 BANDS = {"tf-mirrored-keras": (0.80, 1.25)}
 DEFAULT_BAND = (0.90, 1.10)
@@ -55,7 +57,7 @@ def measure(framework: str, rounds: int, steps: int) -> list[list]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", choices=sorted(PATHS), action="append",
-                        help="repeatable; default: all three")
+                        help="repeatable; default: all four")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()

@@ -46,16 +46,11 @@ def run_digits(folder: Path, backend: str, *args: str, steps: int = 6) -> dict:
 
 
 def assert_scores_follow_predictions(metrics: dict, labels: np.ndarray) -> None:
-    """The record's confusion matrix holds every test row once, under its true class; the
-    accuracy and the macro scores are the ones it gives; and the model predicts more than
-    one class (a vacuous matrix would pass the rest)."""
-    from parbench.contract.tasks import macro_scores
-
+    """The record's confusion matrix holds every test row once, under its true class, and the
+    model predicts more than one class (a vacuous matrix would pass). That the matrix is the
+    final model's, and the scores the matrix's, tests/test_evaluation.py shows independently."""
     confusion = np.array(metrics["confusion_matrix"])
     assert confusion.sum(axis=1).tolist() == np.bincount(labels, minlength=len(confusion)).tolist()
-    assert np.trace(confusion) / confusion.sum() == pytest.approx(metrics["final_accuracy"])
-    assert {k: metrics[k] for k in ("precision_macro", "recall_macro", "f1_macro")} == (
-        pytest.approx(macro_scores(confusion)))
     assert len(np.flatnonzero(confusion.sum(axis=0))) > 1
 
 
@@ -81,6 +76,27 @@ def slurm_env(tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("slurm")
     (folder / "slurm.conf").write_text("ClusterName=parbench-tests\nSlurmctldHost=localhost\n")
     return {"SLURM_CONF": str(folder / "slurm.conf"), "PATH": os.environ.get("PATH", "")}
+
+
+@pytest.fixture(scope="session")
+def trajectory(tmp_path_factory):
+    """trajectory(backend, **overrides) -> run_trajectory's (record, final weights), trained
+    once per session for each configuration: several test files compare against the same
+    reference runs (torch-single's, each framework's single backend). Read-only results."""
+    from parbench.cli.parity import run_trajectory
+
+    runs: dict[tuple, tuple[dict, dict]] = {}
+
+    def train(backend: str, **overrides) -> tuple[dict, dict]:
+        if overrides.get("dataset") == "digits":  # run_trajectory's own default
+            del overrides["dataset"]
+        key = (backend, tuple(sorted(overrides.items())))
+        if key not in runs:
+            runs[key] = run_trajectory(backend, tmp_path_factory.mktemp("trajectory"),
+                                       **overrides)
+        return runs[key]
+
+    return train
 
 
 def needs(framework: str):

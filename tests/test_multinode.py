@@ -67,6 +67,9 @@ def test_two_nodes_make_one_record_that_equals_one_node(tmp_path, backend):
     assert (node0["rc"], node1["rc"]) == (0, 0), node0["stderr"][-2000:] + node1["stderr"][-2000:]
     (record,) = records_in(tmp_path / "out0")
     assert not (tmp_path / "out1").exists()  # node 1 prints its part, node 0 records the run
+    checked = parbench("check", str(tmp_path / "out0"))  # the schema's multi-node fields
+    assert checked.returncode == 0 and "1 record(s) checked, 0 problem(s)" in checked.stdout, \
+        checked.stdout
     assert (record["world_size"], record["nnodes"], record["node_rank"]) == (2, 2, 0)
     assert len(record["hosts"]) == 2 and len(record["env"]["device_names"]) == 2
     assert [n["ranks"] for n in record["metrics"]["nodes"]] == [[0], [1]]
@@ -126,6 +129,7 @@ def test_node_1_killed_mid_run_ends_node_0_within_seconds(tmp_path):
     assert record["error"].startswith("node 1 (") and "left the run" in record["error"]
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_a_node_started_differently_is_refused_on_every_node(tmp_path):
     port = free_port()
@@ -139,6 +143,7 @@ def test_a_node_started_differently_is_refused_on_every_node(tmp_path):
     assert not (tmp_path / "out0").exists() or records_in(tmp_path / "out0") == []
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_a_node_that_never_joins_is_a_failed_record_naming_it(tmp_path):
     out = tmp_path / "out"
@@ -149,6 +154,7 @@ def test_a_node_that_never_joins_is_a_failed_record_naming_it(tmp_path):
     assert record["error"].startswith("node(s) 1 never joined")
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_a_node_that_cannot_reach_node_0_says_so_and_fails(tmp_path):
     done = parbench(*node_argv("torch-ddp", 1, free_port(), tmp_path / "out",
@@ -211,6 +217,7 @@ def test_multi_node_usage_errors_are_one_line(tmp_path, args, message):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_node_0_that_cannot_listen_at_the_master_is_one_line(tmp_path):
     done = parbench("run", "torch-ddp", "--nnodes", "2", "--master", "nosuchhost.invalid:2000",
@@ -339,6 +346,7 @@ def test_check_in_gives_up_on_a_node_that_never_comes():
         check_in(nodes_at(free_port() - 1, 0, join_timeout=0.5), {}, [])
 
 
+@pytest.mark.slow
 def test_node_0_notices_a_node_whose_parbench_ended_and_stops_the_others():
     (node0, node1), errors = meet(free_port() - 1, [{}, {}])
     assert errors == []

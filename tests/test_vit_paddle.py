@@ -169,6 +169,7 @@ def checks() -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_adamw_is_the_rule_with_float32_betas(checks):
     """Measured: 2.3e-7 after one step, 1.5e-6 to 2.8e-6 after 2-5 (lr 2e-3, beta2 0.999);
     all of it is the kernel's float32 betas: 1 - float32(0.999) = 9.99987e-4, 1.3e-5 off the
@@ -179,6 +180,7 @@ def test_adamw_is_the_rule_with_float32_betas(checks):
     assert max(checks["rule"][1:]) > 3 * max(checks["float32_betas"])  # the part it explains
 
 
+@pytest.mark.slow
 def test_adamw_adds_eps_to_the_bias_corrected_root(checks):
     """Gradients ~1e-10, where eps decides: the kernel follows the rule (eps *
     sqrt(1 - beta2^t) next to the uncorrected root), not its docstring's formula."""
@@ -186,6 +188,7 @@ def test_adamw_adds_eps_to_the_bias_corrected_root(checks):
     assert min(checks["tiny_docstring"]) > 1e-3
 
 
+@pytest.mark.slow
 def test_adamw_decays_exactly_the_tensors_the_spec_says(checks):
     decay = checks["decay"]
     spec = parameters(build_spec("vit", (3, 16, 16), 10))
@@ -195,6 +198,7 @@ def test_adamw_decays_exactly_the_tensors_the_spec_says(checks):
     assert max(decay.values()) < 1e-6  # each tensor moved exactly as its decay flag says
 
 
+@pytest.mark.slow
 def test_clipping_follows_the_rule_and_counts(checks):
     clip = checks["clip"]
     assert clip["norm"] > 0 and clip["trainable"] == clip["tensors"]
@@ -203,15 +207,17 @@ def test_clipping_follows_the_rule_and_counts(checks):
     assert 0 < clip["builtin_vs_rule"] < 1e-6  # ClipGradByGlobalNorm: C / max(norm, C)
 
 
+@pytest.mark.slow
 def test_multi_head_attention_is_the_fused_qkv_split_in_three(checks):
     assert checks["mha"] < 1e-6  # measured: 0.0, the same kernels in the same order
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory) -> tuple[dict, dict]:
-    return run_trajectory("paddle-single", tmp_path_factory.mktemp("single"), family="vit")
+def single(trajectory) -> tuple[dict, dict]:
+    return trajectory("paddle-single", family="vit")
 
 
+@pytest.mark.slow
 def test_vit_run_records_its_clipped_steps(tmp_path):
     record = run_ok(tmp_path, "paddle-single", "--model", "vit", "--optimizer", "adamw",
                     "--clip-grad-norm", "1.0", "--steps", "10", "--dataset", "digits",
@@ -221,6 +227,7 @@ def test_vit_run_records_its_clipped_steps(tmp_path):
     assert 0 < record["metrics"]["clipped_steps"] <= 10
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_clips_once_per_step(tmp_path, single):
     """Two micro-batches sum to the global batch's gradient, clipped once: the trajectory of
     one micro-batch. Clipping each micro-batch's half would move it."""
@@ -244,11 +251,12 @@ def test_two_processes_clip_like_one(tmp_path, single, backend, accum):
     assert run[0]["metrics"]["clipped_steps"] == single[0]["metrics"]["clipped_steps"] > 0
 
 
+@pytest.mark.slow
 @needs("torch")
-def test_vit_trajectory_matches_torch(tmp_path, single):
+def test_vit_trajectory_matches_torch(trajectory, single):
     """Measured: losses 1.1e-6 apart, weights 9.3e-6 (blocks.0.mlp.fc1.weight; AdamW's
     float32 betas), the same steps clipped."""
-    reference = run_trajectory("torch-single", tmp_path, family="vit")
+    reference = trajectory("torch-single", family="vit")
     for check in compare_runs("paddle-single vit", reference,
                               single, TRAJECTORY_TOLERANCE):
         assert check.ok, check

@@ -226,6 +226,7 @@ def checks() -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_shared_adamw_is_the_rule(checks):
     """Measured: 1.6e-7 to 3.4e-7 over 5 steps (gradients 1e-4..1, and 1e-10..1e-6 where eps
     decides): float32 rounding. The bias corrections are taken in float64, as torch takes them
@@ -233,6 +234,7 @@ def test_shared_adamw_is_the_rule(checks):
     assert max(checks["rule"]) < 1e-6
 
 
+@pytest.mark.slow
 def test_keras_adamw_is_another_formula(checks):
     """Keras' AdamW is KerasFormula bit for bit (0.0). The rule differs from it by eps on the
     uncorrected root, which moves elements with small gradients by a large part of a step
@@ -243,6 +245,7 @@ def test_keras_adamw_is_another_formula(checks):
     assert min(checks["keras_vs_rule"]) > 1e-2 and min(checks["keras_tiny_vs_rule"]) > 0.5
 
 
+@pytest.mark.slow
 def test_adamw_decays_exactly_the_tensors_the_spec_says(checks):
     from parbench.contract.spec import build_spec, parameters
 
@@ -253,6 +256,7 @@ def test_adamw_decays_exactly_the_tensors_the_spec_says(checks):
     assert max(decay.values()) < 1e-6  # each tensor moved exactly as its decay flag says
 
 
+@pytest.mark.slow
 def test_clipping_takes_the_norm_of_the_summed_gradient(checks):
     """Measured: 2 replicas clip the global-batch gradient like 1 device (8.5e-7: the shards'
     sum rounds differently), counting the step; Keras' global_clipnorm clips each replica's
@@ -264,6 +268,7 @@ def test_clipping_takes_the_norm_of_the_summed_gradient(checks):
     assert clip["keras_two"] > 0.1 and clip["keras_two_norm"] > 1.1 * clip["limit"]
 
 
+@pytest.mark.slow
 def test_attention_layout_and_keras_defaults(checks):
     """The fused qkv converts to Keras MultiHeadAttention's per-head kernels exactly; Keras'
     defaults (keras.ops.gelu's tanh, LayerNorm eps 1e-3) move the logits past the forward
@@ -275,15 +280,17 @@ def test_attention_layout_and_keras_defaults(checks):
     assert min(checks["defaults"].values()) > 10 * FORWARD_TOLERANCE
 
 
+@pytest.mark.slow
 def test_an_unknown_model_kind_builds_nothing(checks):
     assert checks["unknown_kind"].startswith("unknown model kind 'transformer'")
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory) -> tuple[dict, dict]:
-    return run_trajectory("tf-single", tmp_path_factory.mktemp("single"), family="vit")
+def single(trajectory) -> tuple[dict, dict]:
+    return trajectory("tf-single", family="vit")
 
 
+@pytest.mark.slow
 def test_vit_run_records_its_clipped_steps(tmp_path):
     record = run_ok(tmp_path, "tf-single", "--model", "vit", "--optimizer", "adamw",
                     "--clip-grad-norm", "1.0", "--steps", "10")
@@ -292,6 +299,7 @@ def test_vit_run_records_its_clipped_steps(tmp_path):
     assert 0 < record["metrics"]["clipped_steps"] <= 10
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_clips_once_per_step(tmp_path, single):
     """Two micro-batches sum to the global batch's gradient, clipped once: the trajectory of
     one micro-batch. Clipping each micro-batch's half would move it."""
@@ -314,11 +322,12 @@ def test_two_replicas_clip_like_one(tmp_path, single, backend):
     assert run[0]["metrics"]["clipped_steps"] == single[0]["metrics"]["clipped_steps"] > 0
 
 
+@pytest.mark.slow
 @needs("torch")
-def test_vit_trajectory_matches_torch(tmp_path, single):
+def test_vit_trajectory_matches_torch(trajectory, single):
     """Measured: losses 1.4e-7 apart, weights without the key bias 5.5e-6, 10 of 10 steps
     clipped in both."""
-    reference = run_trajectory("torch-single", tmp_path, family="vit")
+    reference = trajectory("torch-single", family="vit")
     for check in compare_runs("tf-single vit", reference,
                               single, TRAJECTORY_TOLERANCE):
         assert check.ok, check

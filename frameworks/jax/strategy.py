@@ -130,9 +130,11 @@ class JaxStrategy(ABC):
 
     def compiled_step(self, state: TrainState, x: jax.Array, y: jax.Array,
                       lr: jax.Array) -> tuple[TrainState, jax.Array]:
-        parts = self.trace_step(x, state.params)
-        loss, grads, stats = training.accumulated_gradient(
-            self.step_loss(), state.params, state.stats, x, y, parts, axis=self.micro_batch_axis)
+        self.trace_step(x, state.params)
+        loss, grads, stats, passes = training.accumulated_gradient(
+            self.step_loss(), state.params, state.stats, x, y, self.modes.grad_accum,
+            axis=self.micro_batch_axis)
+        self.traced["micro_batches"] = passes  # what the traced program runs, for observed
         grads, loss = self.global_mean(grads, loss)
         return training.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
 
@@ -150,13 +152,9 @@ class JaxStrategy(ABC):
         program's loss is already the global batch's (one device, or one program over them)."""
         return grads, loss
 
-    def trace_step(self, x: jax.Array, params: Params) -> int:
-        """Called while the step is traced: keep what it computes in (for ``observed``) and
-        its micro-batches; returns --grad-accum's K."""
-        parts = self.modes.grad_accum
-        self.traced.update(micro_batches=parts,
-                           compute_dtype=str(jnp.result_type(x, *params.values())))
-        return parts
+    def trace_step(self, x: jax.Array, params: Params) -> None:
+        """Called while the step is traced: keep the dtype it computes in (for ``observed``)."""
+        self.traced["compute_dtype"] = str(jnp.result_type(x, *params.values()))
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         x, y = self.place_batch(x), self.place_batch(y)

@@ -52,16 +52,18 @@ LossOf = Callable[[Params, Stats, jax.Array, jax.Array], tuple[jax.Array, Stats]
 
 def accumulated_gradient(loss_of: LossOf, params: Params, stats: Stats,
                          x: jax.Array, y: jax.Array, parts: int,
-                         axis: int = 0) -> tuple[jax.Array, Params, Stats]:
-    """(mean loss, its gradient, running statistics after the pass) of ``loss_of`` over
-    ``parts`` micro-batches (--grad-accum): each micro-batch's forward and backward in turn
-    (``lax.scan``, BatchNorm statistics threaded through in order, as torch's K forwards
-    update them), gradients and losses averaged, which is the gradient of the mean over all
-    rows because the micro-batches are the same size. One micro-batch: one plain pass."""
+                         axis: int = 0) -> tuple[jax.Array, Params, Stats, int]:
+    """(mean loss, its gradient, running statistics after the pass, the forward and backward
+    passes the program makes) of ``loss_of`` over ``parts`` micro-batches (--grad-accum): each
+    micro-batch's forward and backward in turn (``lax.scan``, BatchNorm statistics threaded
+    through in order, as torch's K forwards update them), gradients and losses averaged, which
+    is the gradient of the mean over all rows because the micro-batches are the same size. One
+    micro-batch: one plain pass. The passes are the scan's length, read off the stacked
+    micro-batches it runs over (what ``Observed.micro_batches`` reports), not ``parts``."""
     value_and_grad = jax.value_and_grad(loss_of, has_aux=True)
     if parts == 1:
         (loss, stats), grads = value_and_grad(params, stats, x, y)
-        return loss, grads, stats
+        return loss, grads, stats, 1
 
     def micro_step(carry, batch):
         loss_sum, grad_sum, stats = carry
@@ -69,9 +71,10 @@ def accumulated_gradient(loss_of: LossOf, params: Params, stats: Stats,
         return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads), stats), None
 
     start = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params), stats)
-    (loss_sum, grad_sum, stats), _ = lax.scan(
-        micro_step, start, (micro_split(x, parts, axis), micro_split(y, parts, axis)))
-    return loss_sum / parts, jax.tree.map(lambda g: g / parts, grad_sum), stats
+    batches = (micro_split(x, parts, axis), micro_split(y, parts, axis))
+    (loss_sum, grad_sum, stats), _ = lax.scan(micro_step, start, batches)
+    passes = batches[0].shape[0]
+    return loss_sum / passes, jax.tree.map(lambda g: g / passes, grad_sum), stats, passes
 
 
 def apply_update(optimizer: Optimizer, max_norm: float | None, state: TrainState,

@@ -1,0 +1,48 @@
+"""The speed benchmarks run and print what they promise, for every framework they cover (JAX
+included). Their figures are not judged here: speed is measured on a quiet machine with the
+benchmarks themselves (docs/speed-method.md), never in a timed test beside the suite."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import needs
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # each runs several short trainings
+
+
+def benchmark(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT / "benchmarks")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@needs("jax")
+def test_same_work_compares_every_jax_path_with_its_single_backend():
+    table = benchmark("same_work.py", "--framework", "jax", "--rounds", "1", "--steps", "6")
+    rows = [line for line in table.splitlines() if line.startswith("| jax-")]
+    assert [row.split("|")[1].split()[0] for row in rows] == \
+        ["jax-single", "jax-pmap", "jax-sharded"]
+    for row in rows:
+        cells = [cell.strip() for cell in row.split("|")[1:-1]]
+        assert float(cells[1]) > 0 and float(cells[3]) > 0 and cells[4] in ("ok", "OUTSIDE")
+    assert float(rows[0].split("|")[4]) == 1.0  # the single backend is its own reference
+
+
+@needs("jax")
+def test_overhead_times_a_bare_jax_loop_against_jax_single():
+    line = benchmark("overhead.py", "--framework", "jax", "--rounds", "1", "--steps", "8",
+                     "--threads", "1").strip().splitlines()[-1]
+    found = re.fullmatch(r"jax: bare ([\d.]+) ms/step \([\d., ]+\), jax-single ([\d.]+) "
+                         r"ms/step \([\d., ]+\), harness overhead: ([+-][\d.]+)%", line)
+    assert found, line
+    bare, harness, overhead = map(float, found.groups())
+    assert bare > 0 and harness > 0
+    assert overhead == pytest.approx(100 * (harness - bare) / bare, abs=0.06)  # as printed

@@ -1,0 +1,64 @@
+"""The evaluation each record reports is the model's, scored independently: from the run's
+final weights, torch's forward (parity's forward.py, one process, the whole test set) gives a
+prediction per row; the confusion matrix, accuracy and macro scores computed from those here,
+with scikit-learn's own scores, must be the record's. Two devices each: every strategy's ranks
+or replicas score their parts of the test set and the counts are summed, so a row scored twice,
+a part left out or a prediction taken from the wrong rows shows. The mlp has no BatchNorm, so
+every rank's copy of the model is the exported one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+
+from conftest import needs, parbench, records_in
+from parbench.contract.data import load_dataset
+from parbench.contract.spec import build_spec, spec_dict
+
+DATASET = load_dataset("digits")
+
+
+def torch_predictions(model: str, weights: Path, folder: Path) -> np.ndarray:
+    """The predicted class of every test row, by torch's forward from ``weights``."""
+    spec = build_spec(model, DATASET.input_shape, DATASET.num_classes)
+    np.savez(folder / "inputs.npz", x=np.asarray(DATASET.x_test))
+    request = {"model": spec_dict(spec), "mode": "eval", "weights": str(weights),
+               "inputs": str(folder / "inputs.npz"), "output": str(folder / "output.npz")}
+    (folder / "request.json").write_text(json.dumps(request))
+    done = subprocess.run([sys.executable, "-m", "parbench.frameworks.torch.forward",
+                           str(folder / "request.json")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return np.load(folder / "output.npz")["logits"].argmax(1)
+
+
+@needs("torch")
+@pytest.mark.parametrize("backend", [
+    "torch-ddp",
+    pytest.param("tf-mirrored", marks=[needs("tensorflow"), pytest.mark.slow]),
+    pytest.param("paddle-launch", marks=[needs("paddle"), pytest.mark.slow]),
+    pytest.param("jax-pmap", marks=[needs("jax"), pytest.mark.slow]),
+])
+def test_the_record_scores_the_final_models_predictions(tmp_path, backend):
+    weights, out = tmp_path / "final.npz", tmp_path / "out"
+    done = parbench("run", backend, "--devices", "2", "--dataset", "digits", "--model", "mlp",
+                    "--steps", "6", "--global-batch", "32", "--save-weights", str(weights),
+                    "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,) = records_in(out)
+    metrics, labels = record["metrics"], np.asarray(DATASET.y_test)
+    predicted = torch_predictions("mlp", weights, tmp_path)
+    assert len(set(predicted)) > 1  # a model that predicts one class would make this vacuous
+    expected = confusion_matrix(labels, predicted, labels=range(10))
+    assert np.array_equal(np.array(metrics["confusion_matrix"]), expected)
+    assert metrics["final_accuracy"] == pytest.approx(float(np.mean(predicted == labels)))
+    precision, recall, f1, _ = precision_recall_fscore_support(
+        labels, predicted, labels=range(10), average="macro", zero_division=0)
+    assert (metrics["precision_macro"], metrics["recall_macro"], metrics["f1_macro"]) == \
+        pytest.approx((precision, recall, f1))
