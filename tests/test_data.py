@@ -49,6 +49,7 @@ def test_synthetic_is_deterministic_balanced_and_standardised():
     assert data.fingerprint() == load_synthetic(1000, 200).fingerprint()
 
 
+@pytest.mark.slow
 def test_digits_is_the_real_bundled_set():
     data = load_digits()
     assert data.x_train.shape == (1440, 1, 8, 8) and data.x_test.shape == (357, 1, 8, 8)

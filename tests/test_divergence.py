@@ -34,7 +34,7 @@ def assert_stopped_where_the_loss_broke(record: dict) -> None:
 
 
 @pytest.mark.parametrize("backend,args", [
-    pytest.param("torch-single", (), marks=needs("torch")),
+    pytest.param("torch-single", (), marks=[needs("torch"), pytest.mark.slow]),
     pytest.param("torch-ddp", ("--devices", "2"), marks=[needs("torch"), pytest.mark.slow]),
     pytest.param("tf-single", (), marks=[needs("tensorflow"), pytest.mark.slow]),
     pytest.param("tf-mirrored-keras", ("--devices", "2"),

@@ -55,6 +55,7 @@ def fed(record: dict) -> np.ndarray:
     return np.array(record["metrics"]["input"]["indices"])
 
 
+@pytest.mark.slow
 def test_single_order_is_random_sampler_seeded_from_the_run(tmp_path):
     first, again = (run_ok(folder, "paddle-single", *NATIVE, "--steps", "3", "--seed", "5")
                     for folder in subfolders(tmp_path, "first", "again"))
@@ -115,10 +116,8 @@ def test_launch_reshuffles_by_epoch_number_not_seed(tmp_path):
     assert "'fork' method" in record["metrics"]["input"]["description"]  # spawn's are 'spawn'
 
 
-@pytest.mark.parametrize("backend", [
-    "paddle-single",
-    pytest.param("paddle-spawn", marks=pytest.mark.slow),
-    pytest.param("paddle-launch", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["paddle-single", "paddle-spawn", "paddle-launch"])
 def test_uneven_dataset_matches_porting_doc(tmp_path, backend):
     row = uneven_input_row(backend)
     record = run_ok(tmp_path, backend, "--devices", str(row["devices"]), *NATIVE, *UNEVEN_INPUT)

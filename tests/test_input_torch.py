@@ -87,9 +87,8 @@ def test_ddp_epoch_is_the_distributed_samplers_shards(tmp_path):
                                  "unique": 4096, "duplicated": 0, "dropped": 0}]
 
 
-@pytest.mark.parametrize("backend,extra", [
-    ("torch-single", ()),
-    pytest.param("torch-ddp", ("--devices", "2"), marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,extra", [("torch-single", ()), ("torch-ddp", ("--devices", "2"))])
 def test_uneven_dataset_account_is_the_porting_docs_row(tmp_path, backend, extra):
     """4095 rows, global batch 64: the record's epoch account is the doc table's row, and the
     samples are the sampler's (DDP: its padding repeats the permutation's first index)."""
@@ -134,6 +133,7 @@ def assert_wait_reported(record: dict) -> None:
     assert native["wait_s_mean"] > 0 and 0 < native["wait_share"] < 1
 
 
+@pytest.mark.slow
 def test_loader_workers_keep_the_samplers_order(tmp_path):
     """torch-single, 2 epochs with 0 and with 2 workers: both are RandomSampler's two passes
     over its seeded generator (the feed ends every epoch as a for loop does, so prefetching
@@ -154,6 +154,7 @@ def test_loader_workers_keep_the_samplers_order(tmp_path):
     assert fingerprints[0] == fingerprints[1]
 
 
+@pytest.mark.slow
 def test_dataparallel_loads_the_global_batch(tmp_path):
     """torch-dp on its one CPU device: one loader over the global batch, RandomSampler's."""
     record = run_ok(tmp_path, "torch-dp", "--devices", "1", *NATIVE, *SMALL, "--steps", "3")

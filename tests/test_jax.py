@@ -75,6 +75,7 @@ def gap(runs: dict, a: str, b: str) -> float:
     return float(np.abs(curve(runs, a) - curve(runs, b)).max())
 
 
+@pytest.mark.slow
 def test_records_name_the_devices_threads_and_version(runs):
     version = importlib.metadata.version("jax")
     for name, (record, _) in runs.items():
@@ -94,6 +95,7 @@ def test_records_name_the_devices_threads_and_version(runs):
         assert env["cuda_version"] is None and metrics["peak_device_mb"] is None
 
 
+@pytest.mark.slow
 def test_two_devices_follow_one_without_batchnorm(runs):
     """Same global batch, same math: only the reduction order differs (measured 2.4e-7 for
     pmap and sharded, 4.8e-7 with --grad-accum 2). Clipping shrinks the same steps."""
@@ -108,6 +110,7 @@ def test_two_devices_follow_one_without_batchnorm(runs):
     assert len(set(fingerprints)) == 2  # each device its own half
 
 
+@pytest.mark.slow
 def test_batchnorm_statistics_are_per_device_by_default(runs):
     """Without --sync-bn each device normalises its 16 rows alone, so 2 devices leave the
     1-device curve (measured 0.080 after 10 steps), and follow a device accumulating two
@@ -119,6 +122,7 @@ def test_batchnorm_statistics_are_per_device_by_default(runs):
         assert runs[name][0]["metrics"]["sync_bn_layers"] == 0
 
 
+@pytest.mark.slow
 def test_both_keep_device_0s_running_statistics(runs):
     """pmap and sharded export device 0's statistics, built from shard 0 only: equal to each
     other (measured 2.2e-7 relative; both equal torch-ddp rank 0's to 2.5e-7), and not the
@@ -133,6 +137,7 @@ def test_both_keep_device_0s_running_statistics(runs):
     assert max(np.abs(pmap[k] - single[k]).max() for k in statistics) > 1e-3
 
 
+@pytest.mark.slow
 def test_sync_bn(runs):
     """--sync-bn: 2 devices x 16 rows normalise with the 32 rows' statistics, like 1 device
     (measured 2.4e-7 pmap, 1.2e-7 sharded)."""
@@ -235,6 +240,7 @@ print(json.dumps(ratios))
 """
 
 
+@pytest.mark.slow
 def test_shard_map_pmean_of_replicated_gradients_doubles_them():
     """The trap the strategies avoid (docs/porting.md, section 5.1): under shard_map with its default
     check_vma=True, the gradient of a replicated parameter is already summed over the

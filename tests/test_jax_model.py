@@ -25,7 +25,6 @@ from parbench.cli.parity import FORWARD_CASES, FORWARD_TOLERANCE, relative_diffe
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
                                 reason="jax is not installed")
 
-FAST_FORWARD_CASE = ("resnet", "train")  # in the fast lane: logits and every running statistic
 # The optimizers against the numpy rules, 10 steps, float32: rounding only. Measured, jitted:
 # SGD 1.5e-7, AdamW + clipping 5.6e-7 (eager 2.3e-7: jit contracts a * b + c into one FMA, 1
 # ulp per update). Bias corrections taken as 1 - float32(beta)**t instead would be 8.5e-6.
@@ -40,9 +39,8 @@ def run_script(script: str, env: dict | None = None) -> dict:
 
 
 @needs("torch")
-@pytest.mark.parametrize("model,mode", [
-    pytest.param(*case, marks=() if case == FAST_FORWARD_CASE else pytest.mark.slow)
-    for case in FORWARD_CASES])
+@pytest.mark.slow
+@pytest.mark.parametrize("model,mode", FORWARD_CASES)
 def test_forward_matches_torch(tmp_path, model, mode):
     """Logits and every exported tensor after one pass. Measured (max |diff| / max |torch|):
     resnet/train 1.9e-7 (running statistics 9.8e-8), resnet/eval 2.6e-7, resnet-nonorm 1.6e-7,
@@ -274,12 +272,14 @@ def checks() -> dict:
     return run_script(CHECKS, {"JAX_PLATFORMS": "cpu"})
 
 
+@pytest.mark.slow
 def test_sgd_is_the_rule(checks):
     sgd = checks["sgd"]
     assert len(sgd["worst"]) == 10 and max(sgd["worst"]) < OPTIMIZER_TOLERANCE
     assert sgd["compilations"] == 1  # the lr is traced: a new rate per step does not recompile
 
 
+@pytest.mark.slow
 def test_adamw_with_clipping_is_the_rule(checks):
     adamw = checks["adamw"]
     (worst,) = adamw["worst"]
@@ -289,6 +289,7 @@ def test_adamw_with_clipping_is_the_rule(checks):
     assert adamw["compilations"] == 1
 
 
+@pytest.mark.slow
 def test_adamw_adds_eps_to_the_bias_corrected_root(checks):
     """Gradients ~1e-9, where eps decides: the rule, not Keras' eps placement."""
     rule, keras = checks["tiny"]["worst"]
@@ -296,12 +297,14 @@ def test_adamw_adds_eps_to_the_bias_corrected_root(checks):
     assert min(keras) > 1e-3
 
 
+@pytest.mark.slow
 def test_adamw_decays_exactly_the_tensors_the_spec_says(checks):
     decay = checks["decay"]
     assert max(decay.values()) < 1e-6
     assert decay["norm.weight"] == 0.0 and decay["blocks.0.attn.qkv.bias"] == 0.0
 
 
+@pytest.mark.slow
 def test_clip_follows_the_rule(checks):
     clip = checks["clip"]
     assert clip["above"]["clipped"] and clip["above"]["worst"] < 1e-6
@@ -309,6 +312,7 @@ def test_clip_follows_the_rule(checks):
     assert not clip["inf_clipped"]  # an overflowed norm is not a clipped step
 
 
+@pytest.mark.slow
 def test_weights_go_in_and_out_unchanged(checks):
     weights = checks["weights"]
     for model in ("resnet", "resnet-nonorm", "mlp", "vit"):
@@ -320,6 +324,7 @@ def test_weights_go_in_and_out_unchanged(checks):
     assert "nope" in weights["unknown_kind"]
 
 
+@pytest.mark.slow
 def test_loss_and_evaluation(checks):
     loss = checks["loss"]
     assert loss["loss"] < 1e-6 and loss["loss_sum"] < 1e-6 and loss["pred"]

@@ -152,6 +152,7 @@ def test_each_mode_has_its_own_row_and_its_own_1_device_reference(mode_runs):
         ("2", "fp32", "2", "torch-ddp [torchrun] fp32+accum2")]
 
 
+@pytest.mark.slow
 def test_the_quality_table_has_the_macro_scores_and_the_page_the_confusion_figure(
         mode_runs, tmp_path):
     done = parbench("report", str(mode_runs), timeout=120)

@@ -10,9 +10,12 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_wheel_installs_parbench_and_its_frameworks(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(tmp_path / "dist"), str(ROOT)], check=True,
@@ -42,6 +45,7 @@ def test_console_script_is_installed():
     assert result.returncode == 0 and "torch-single" in result.stdout
 
 
+@pytest.mark.slow
 def test_requires_python_admits_no_python_the_code_cannot_run_on():
     """pyproject's requires-python is at least what the code needs, as vermin reads it off the
     code (tomllib, for one, is 3.11+); a floor lower than that fails here."""

@@ -38,18 +38,16 @@ pytestmark = needs("paddle")
 # stay below 2e-6, so the tolerances below test the math, not the luck of the rounding.
 DATASET = "digits"
 ENV_DUMPS = ("envlog.*", "backup_env.*", "default.*.log")  # the launcher's environment copies
-FAST_FORWARD_CASE = ("resnet", "train")  # in the fast lane: logits and every running statistic
 
 
 @pytest.fixture(scope="module")
-def single_trajectory(tmp_path_factory):
-    return run_trajectory("paddle-single", tmp_path_factory.mktemp("single"), dataset=DATASET)
+def single_trajectory(trajectory):
+    return trajectory("paddle-single", dataset=DATASET)
 
 
 @needs("torch")
-@pytest.mark.parametrize("model,mode", [
-    pytest.param(*case, marks=() if case == FAST_FORWARD_CASE else pytest.mark.slow)
-    for case in FORWARD_CASES])
+@pytest.mark.slow
+@pytest.mark.parametrize("model,mode", FORWARD_CASES)
 def test_forward_matches_torch(tmp_path, model, mode):
     checks = compare_forward("paddle", model, mode, tmp_path)
     if mode == "train":  # every running statistic is compared after the training-mode pass
@@ -60,8 +58,8 @@ def test_forward_matches_torch(tmp_path, model, mode):
 
 
 @needs("torch")
-def test_ten_steps_match_torch(tmp_path, single_trajectory):
-    reference = run_trajectory("torch-single", tmp_path, dataset=DATASET)
+def test_ten_steps_match_torch(trajectory, single_trajectory):
+    reference = trajectory("torch-single", dataset=DATASET)
     for check in compare_runs("paddle-single", reference, single_trajectory):
         assert check.ok, check
     curve = single_trajectory[0]["metrics"]["loss_curve"]
@@ -100,8 +98,8 @@ def test_batchnorm_training_matches_torch_end_to_end(tmp_path):
     assert any("BatchNorm" in note for note in record["notes"])
 
 
-@pytest.mark.parametrize("backend", ["paddle-spawn",
-                                     pytest.param("paddle-launch", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["paddle-spawn", "paddle-launch"])
 def test_data_parallel_matches_single_device(tmp_path, monkeypatch, single_trajectory,
                                              backend):
     seen, real = [], harness._rank_logs

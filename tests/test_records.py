@@ -51,6 +51,7 @@ def test_thread_count_is_part_of_the_record_name(tmp_path):
     assert sorted(r["variant"]["threads"] for r in records_in(tmp_path)) == [1, 2]
 
 
+@pytest.mark.slow
 @needs("torch")
 @pytest.mark.parametrize("option", ["--out", "--save-weights", "--report-dir"])
 def test_unwritable_destination_is_refused_before_training(tmp_path, option):
@@ -66,6 +67,7 @@ def test_unwritable_destination_is_refused_before_training(tmp_path, option):
     assert not (tmp_path / "runs").is_dir() or not records_in(tmp_path / "runs")
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_save_weights_into_a_folder_is_refused(tmp_path):
     result = parbench("run", "torch-single", "--steps", "2", "--out", str(tmp_path / "runs"),
@@ -92,6 +94,7 @@ def test_record_that_cannot_be_written_goes_to_a_named_fallback(tmp_path):
         path.unlink()
 
 
+@pytest.mark.slow
 def test_report_skips_bad_files_and_strict_refuses_them(tmp_path):
     for record in sorted(REFERENCE.glob("*.json"))[:3]:  # schema v1 records: still read
         shutil.copy(record, tmp_path)
@@ -108,6 +111,7 @@ def test_report_skips_bad_files_and_strict_refuses_them(tmp_path):
     assert parbench("check", str(tmp_path)).returncode == 1  # check stays strict
 
 
+@pytest.mark.slow
 @needs("torch")
 def test_compare_without_matplotlib_writes_markdown_and_says_so(tmp_path):
     shadow = tmp_path / "shadow" / "matplotlib"

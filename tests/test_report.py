@@ -252,6 +252,7 @@ def test_csv_round_trips_exact_values(runs: Path) -> None:
     assert row[(SPEC_B, HOSTILE, "1")]["launcher"] == "python"
 
 
+@pytest.mark.slow
 def test_html_is_self_contained_escaped_and_plots_are_pngs(runs: Path, tmp_path: Path) -> None:
     page, plots = tmp_path / "out" / "report.html", tmp_path / "plots"
     assert report(str(runs), "--format", "html", "--output", str(page),

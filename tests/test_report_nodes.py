@@ -12,6 +12,7 @@ import copy
 import csv
 import io
 
+import pytest
 from test_report import RECORDS, markdown_tables, record
 
 from parbench.results.html_report import write_report
@@ -153,6 +154,7 @@ def test_a_record_without_nnodes_reads_as_one_node() -> None:
         assert render(newer, fmt) == render(older, fmt)
 
 
+@pytest.mark.slow
 def test_html_page_has_the_per_node_table_and_its_plots_draw() -> None:
     html = write_report(RECORDS_NODES, "html")
     # headline, performance, accuracy and memory, per node, environment

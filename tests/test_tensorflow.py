@@ -154,6 +154,7 @@ runtime.checked_replica_devices(strategy, model)
 """
 
 
+@pytest.mark.slow
 def test_replicas_sharing_a_device_are_an_error():
     done = subprocess.run([sys.executable, "-c", GUARD], capture_output=True, text=True,
                           timeout=300)

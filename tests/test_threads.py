@@ -45,15 +45,16 @@ def run_record(tmp_path, backend: str, cores: int, *options: str) -> dict:
 DEFAULT, EXPLICIT = (1, None, 1), (1, "3", 3)
 
 
-@needs("torch")  # paddle's test below covers --threads in the fast lane
-@pytest.mark.parametrize("cores,threads,expected",
-                         [DEFAULT, pytest.param(*EXPLICIT, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("cores,threads,expected", [DEFAULT, EXPLICIT])
 def test_one_process_gets_every_core_it_sees(tmp_path, cores, threads, expected):
     options = ["--threads", threads] if threads else []
     record = run_record(tmp_path, "torch-single", cores, *options)
     assert record["env"]["threads_per_worker"] == expected
 
 
+@pytest.mark.slow
 @needs("paddle")
 @pytest.mark.parametrize("cores,threads,expected", [DEFAULT, EXPLICIT])
 def test_paddle_workers_really_use_that_many_threads(tmp_path, cores, threads, expected):

@@ -11,8 +11,8 @@ pytestmark = needs("torch")
 
 
 @pytest.fixture(scope="module")
-def single_trajectory(tmp_path_factory):
-    return run_trajectory("torch-single", tmp_path_factory.mktemp("single"))
+def single_trajectory(trajectory):
+    return trajectory("torch-single")
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", pytest.param("spawn", marks=pytest.mark.slow)])
@@ -40,7 +40,7 @@ def test_default_budget_reaches_high_accuracy(tmp_path):
 
 @pytest.mark.parametrize("backend,devices,extra", [
     ("torch-single", "1", []),
-    ("torch-dp", "1", []),
+    pytest.param("torch-dp", "1", [], marks=pytest.mark.slow),
     pytest.param("torch-ddp", "2", ["--launcher", "spawn", "--repeats", "2"],
                  marks=pytest.mark.slow),
 ])
