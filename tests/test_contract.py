@@ -104,3 +104,18 @@ def test_learning_rate_schedules():
     assert lr_at(5, 10, OptimizerSpec(lr=0.1, schedule="constant")) == 0.1
     assert scaled_lr(0.1, 256, "linear") == pytest.approx(0.2)
     assert scaled_lr(0.1, 256, "none") == 0.1
+
+
+def test_eval_slices_are_contiguous_in_rank_order_and_cover_the_test_set() -> None:
+    assert [eval_slice(10, 3, rank) for rank in range(3)] == [
+        slice(0, 3), slice(3, 7), slice(7, 10)]  # bounds 0, 3.33, 6.67, 10 rounded
+    assert eval_slice(10, 1, 0) == slice(0, 10)
+
+
+def test_warmup_rises_linearly_and_cosine_decays_over_the_steps_after_it() -> None:
+    spec = OptimizerSpec(lr=0.4, warmup_steps=4)
+    assert [lr_at(step, 8, spec) for step in range(4)] == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    assert [lr_at(step, 8, spec) for step in (4, 6)] == pytest.approx([0.4, 0.2])
+    # one step after the warm-up: it takes the full rate (progress 0 of 1)
+    assert lr_at(4, 5, spec) == pytest.approx(0.4)
+    assert lr_at(5, 5, spec) == pytest.approx(0.0, abs=1e-12)

@@ -5,6 +5,7 @@ reference, failed runs with their reason, specs kept apart, CSV round trip, the 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import parbench
+from parbench.cli.main import build_parser
 from parbench.results.records import check_record
 
 SPEC_A, SPEC_B = "a" * 64, "b" * 64
@@ -96,9 +98,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def report(*args: str) -> str:
-    done = parbench("report", *args, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    """What ``parbench report ARGS`` prints, run in this process: the report code is then
+    what the test (and the mutation run, tests/mutation.py) exercises. The real command's
+    exit codes and files are tested below."""
+    parsed = build_parser().parse_args(["report", *args])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert parsed.func(parsed) == 0
+    return printed.getvalue()
 
 
 def markdown_tables(text: str) -> dict[tuple[str, str], list[dict[str, str]]]:

@@ -1,0 +1,170 @@
+"""A run's metrics from its ranks' logs (parbench.results.metrics) and the image task's
+evaluation counts, on hand-made logs whose every figure is computed here by hand: the slowest
+rank defines each step, warm-up steps stay out of the steady timing, the loss curve weights
+each rank by its rows, counts from several ranks add up to the scores of all rows. Real runs
+check the same figures end to end (tests/test_records.py, tests/test_evaluation.py); these
+run in the pytest process, so the mutation run (tests/mutation.py) sees them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parbench.contract.tasks import ImageClassification
+from parbench.results.metrics import aggregate, divergence, warmup_steps
+from parbench.run.loop import RankLog
+
+TASK = ImageClassification(classes=3)
+MS = 1e-3
+
+
+def two_node_logs() -> list[RankLog]:
+    """Rank 0 (node 0, 3 rows a step) and rank 1 (node 1, 1 row): 12 steps, the first slow;
+    over the 11 steady steps rank 0 takes 10..20 ms and rank 1 20..10 ms, so the slowest of
+    each step is 20 19 18 17 16 15 16 17 18 19 20 ms (sorted: 15 16 16 17 17 18 18 ...)."""
+    evals = [{"step": 2, "accuracy": 0.1, "loss": 2.0, "train_s": 0.5, "eval_s": 0.35,
+              "precision_macro": 0.1, "recall_macro": 0.1, "f1_macro": 0.1,
+              "confusion_matrix": [[0]], "score_s": 0.1},
+             {"step": 5, "accuracy": 0.4, "loss": 1.5, "train_s": 1.0, "eval_s": 0.3,
+              "precision_macro": 0.3, "recall_macro": 0.35, "f1_macro": 0.32,
+              "confusion_matrix": [[1]], "score_s": 0.2},
+             {"step": 11, "accuracy": 0.6, "loss": 1.2, "train_s": 2.0, "eval_s": 0.25,
+              "precision_macro": 0.5, "recall_macro": 0.55, "f1_macro": 0.52,
+              "confusion_matrix": [[2]], "score_s": 0.4}]
+    common = dict(evals=evals, peak_device_mb=None)
+    return [
+        RankLog(rank=0, rows=3, first_step_start=100.5, node=0, host="a",
+                step_s=[2.0] + [(10 + i) * MS for i in range(11)], losses=[1.0] * 12,
+                peak_rss_mb=100.0, observed={"compute_dtype": "float32", "compiled_graphs": 1,
+                                             "sync_bn_layers": 4, "micro_batches": 2,
+                                             "clipped_steps": 3},
+                input={"wait_s": [0.001, 0.003]}, **common),
+        RankLog(rank=1, rows=1, first_step_start=101.0, node=1, host="b",
+                step_s=[3.0] + [(20 - i) * MS for i in range(11)], losses=[5.0] * 12,
+                peak_rss_mb=200.0, observed={"compiled_graphs": 2},
+                evals=[*evals[:2], dict(evals[2], score_s=0.9, accuracy=0.1)]),
+    ]
+
+
+def test_warmup_leaves_out_a_tenth_of_the_steps_at_least_one_at_most_five() -> None:
+    assert [warmup_steps(n) for n in (0, 1, 2, 19, 20, 29, 50, 51, 1000)] == [
+        0, 0, 1, 1, 2, 2, 5, 5, 5]
+
+
+def test_the_slowest_rank_defines_each_step_and_warmup_stays_out() -> None:
+    metrics = aggregate(two_node_logs(), TASK, global_batch=4, launch_time=100.0,
+                        target_accuracy=None)
+    assert metrics["steady_steps"] == 11
+    assert metrics["step_time_ms"] == pytest.approx({"median": 18.0, "p10": 16.0, "p90": 20.0})
+    assert metrics["throughput"] == pytest.approx(4 / 0.018)
+    assert metrics["first_step_s"] == 3.0
+    assert metrics["train_s"] == pytest.approx(3.0 + (15 + 2 * (16 + 17 + 18 + 19 + 20)) * MS)
+    assert metrics["startup_s"] == pytest.approx(1.0)  # the last rank to start its first step
+
+
+def test_the_loss_curve_weights_each_rank_by_its_rows() -> None:
+    metrics = aggregate(two_node_logs(), TASK, 4, 100.0, None)
+    assert metrics["loss_curve"] == pytest.approx([(3 * 1.0 + 1 * 5.0) / 4] * 12)
+
+
+def test_evaluation_modes_and_memory_come_from_the_right_ranks() -> None:
+    metrics = aggregate(two_node_logs(), TASK, 4, 100.0, target_accuracy=None)
+    assert (metrics["final_accuracy"], metrics["final_loss"], metrics["eval_s"]) == (
+        0.6, 1.2, 0.25)
+    assert metrics["accuracy_curve"][0]["step"] == 2  # rank 0's evaluations, every one
+    assert metrics["accuracy_curve"][1:] == [
+        {"step": 5, "accuracy": 0.4, "loss": 1.5, "train_s": 1.0, "precision_macro": 0.3,
+         "recall_macro": 0.35, "f1_macro": 0.32},
+        {"step": 11, "accuracy": 0.6, "loss": 1.2, "train_s": 2.0, "precision_macro": 0.5,
+         "recall_macro": 0.55, "f1_macro": 0.52}]
+    assert (metrics["precision_macro"], metrics["confusion_matrix"]) == (0.5, [[2]])
+    assert (metrics["compute_dtype"], metrics["sync_bn_layers"], metrics["micro_batches"],
+            metrics["clipped_steps"]) == ("float32", 4, 2, 3)
+    assert metrics["compiled_graphs"] == 2  # the most any rank compiled
+    assert metrics["peak_rss_mb"] == [100.0, 200.0] and metrics["peak_device_mb"] is None
+    assert metrics["target_accuracy"] is None and metrics["time_to_target_s"] is None
+
+
+def test_defaults_when_no_rank_observed_its_modes() -> None:
+    logs = two_node_logs()
+    for log in logs:
+        log.observed = None
+    logs[1].peak_device_mb = [7.0, 8.0]
+    metrics = aggregate(logs, TASK, 4, 100.0, None)
+    assert (metrics["compute_dtype"], metrics["compiled_graphs"], metrics["sync_bn_layers"],
+            metrics["micro_batches"], metrics["clipped_steps"]) == (None, None, 0, 1, None)
+    assert metrics["peak_device_mb"] == [7.0, 8.0]
+    logs[0].observed = {"compiled_graphs": 3}  # a rank that could not tell: no figure
+    logs[1].observed = {"compiled_graphs": None}
+    assert aggregate(logs, TASK, 4, 100.0, None)["compiled_graphs"] is None
+
+
+def test_a_node_whose_rank_did_not_time_its_scoring_has_no_score_time() -> None:
+    logs = two_node_logs()
+    del logs[1].evals[-1]["score_s"]
+    assert [node["score_s"] for node in aggregate(logs, TASK, 4, 100.0, None)["nodes"]] == [
+        0.4, None]
+
+
+def test_time_to_target_is_the_first_evaluation_that_reached_it() -> None:
+    reached = [aggregate(two_node_logs(), TASK, 4, 100.0, target)["time_to_target_s"]
+               for target in (0.05, 0.3, 0.4, 0.5, 0.6, 0.7)]
+    assert reached == [0.5, 1.0, 1.0, 2.0, 2.0, None]
+
+
+def test_each_node_has_its_steady_steps_slowest_scoring_and_mean_wait() -> None:
+    node0, node1 = aggregate(two_node_logs(), TASK, 4, 100.0, None)["nodes"]
+    assert (node0["node"], node0["host"], node0["ranks"]) == (0, "a", [0])
+    assert node0["step_time_ms"] == pytest.approx({"median": 15.0, "p10": 11.0, "p90": 19.0})
+    assert node0["score_s"] == 0.4 and node0["data_wait_ms"] == pytest.approx(2.0)
+    assert (node1["node"], node1["host"], node1["ranks"]) == (1, "b", [1])
+    assert node1["step_time_ms"]["median"] == pytest.approx(15.0)
+    assert node1["score_s"] == 0.9 and node1["data_wait_ms"] is None
+
+
+def test_divergence_names_the_step_and_the_first_rank_whose_loss_was_not_finite() -> None:
+    logs = two_node_logs()
+    assert divergence(logs) is None
+    for log in logs:
+        log.diverged_step = 11
+    logs[1].losses[-1] = float("inf")
+    assert divergence(logs) == {"step": 11, "rank": 1, "loss": "inf"}
+    logs[0].losses[-1] = float("nan")
+    assert divergence(logs) == {"step": 11, "rank": 0, "loss": "nan"}
+
+
+def test_counts_of_ranks_add_up_to_the_scores_of_all_rows() -> None:
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    predicted = np.array([0, 1, 1, 1, 2, 0])
+    parts = [TASK.eval_counts(labels[:4], predicted[:4], 2.5),
+             TASK.eval_counts(labels[4:], predicted[4:], 3.5)]
+    assert TASK.count_size == 3 * 3 + 1 == len(parts[0])
+    scores = TASK.eval_scores(parts[0] + parts[1])
+    assert scores["confusion_matrix"] == [[1, 1, 0], [0, 2, 0], [1, 0, 1]]
+    assert (scores["count"], scores["accuracy"], scores["loss"]) == (6, pytest.approx(4 / 6), 1.0)
+    # per class precision 1/2, 2/3, 1; recall 1/2, 1, 1/2
+    assert scores["precision_macro"] == pytest.approx((1 / 2 + 2 / 3 + 1) / 3)
+    assert scores["recall_macro"] == pytest.approx((1 / 2 + 1 + 1 / 2) / 3)
+    f1 = [2 * p * r / (p + r) for p, r in ((1 / 2, 1 / 2), (2 / 3, 1), (1, 1 / 2))]
+    assert scores["f1_macro"] == pytest.approx(sum(f1) / 3)
+
+
+def test_a_class_never_present_or_never_predicted_scores_0_not_nan() -> None:
+    # class 2 is predicted once but never present; class 1 is present once, never predicted
+    counts = TASK.eval_counts(np.array([0, 0, 1]), np.array([0, 2, 0]), 0.0)
+    scores = TASK.eval_scores(counts)
+    # class 0: 1 of its 2 rows found, 1 of the 2 rows predicted 0 right
+    assert scores["precision_macro"] == pytest.approx((1 / 2 + 0 + 0) / 3)
+    assert scores["recall_macro"] == pytest.approx((1 / 2 + 0 + 0) / 3)
+    assert scores["f1_macro"] == pytest.approx((1 / 2 + 0 + 0) / 3)
+    # a class present exactly once and always found: recall 1
+    one = TASK.eval_scores(TASK.eval_counts(np.array([0, 1, 2]), np.array([0, 1, 2]), 0.0))
+    assert one["recall_macro"] == one["precision_macro"] == one["f1_macro"] == 1.0
+
+
+def test_the_image_task_builds_its_specs_and_probe_batches() -> None:
+    spec = TASK.spec_for("mlp", (3, 16, 16))
+    assert spec.num_classes == 3 and tuple(spec.input_shape) == (3, 16, 16)
+    probe = TASK.probe_batch(5, np.random.default_rng(0))
+    assert probe.shape == (5, 3, 16, 16) and probe.dtype == np.float32
+    assert abs(float(probe.mean())) < 0.2 and 0.8 < float(probe.std()) < 1.2
