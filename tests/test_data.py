@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import pickle
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from conftest import write_cifar
 from parbench.contract.data import (
     DatasetError,
+    _finish,
     load_cifar10,
     load_dataset,
     load_digits,
@@ -49,11 +52,22 @@ def test_synthetic_is_deterministic_balanced_and_standardised():
     assert data.fingerprint() == load_synthetic(1000, 200).fingerprint()
 
 
-@pytest.mark.slow
-def test_digits_is_the_real_bundled_set():
-    data = load_digits()
+def test_digits_is_scikit_learns_set_read_without_importing_it():
+    code = ("import sys; from parbench.contract.data import load_digits; data = load_digits(); "
+            "print(data.x_train.shape, data.x_test.shape, 'sklearn' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert shown[-1] == "False"  # a fresh process: the file was parsed, sklearn not imported
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    bunch, data = sklearn_digits(), load_digits()
+    order = np.random.default_rng(0).permutation(len(bunch.target))
+    images = bunch.images[order][:, None].astype(np.float32) / 16.0
+    labels = bunch.target[order]
+    via_sklearn = _finish("digits", images[:1440], labels[:1440], images[1440:], labels[1440:],
+                          10)
     assert data.x_train.shape == (1440, 1, 8, 8) and data.x_test.shape == (357, 1, 8, 8)
-    assert set(np.unique(data.y_train)) == set(range(10))
+    assert data.fingerprint() == via_sklearn.fingerprint()  # bit for bit: records stay comparable
 
 
 def test_cifar10_official_pickles(tmp_path):
