@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from parbench.cli.parity import FORWARD_CASES, run_forwards
+from parbench.contract.spec import MODEL_NAMES
 from parbench.run.registry import FRAMEWORKS
 
 
@@ -97,6 +99,26 @@ def trajectory(tmp_path_factory):
         return runs[key]
 
     return train
+
+
+# What the forward fixture asks every framework: parity's cases, and an inference pass of
+# every model kind (the weight round trip, tests/test_weights_roundtrip.py)
+FORWARD_REQUESTS = tuple(dict.fromkeys([*FORWARD_CASES, *((m, "eval") for m in MODEL_NAMES)]))
+
+
+@pytest.fixture(scope="session")
+def forwards(tmp_path_factory):
+    """forwards(framework) -> {(model, mode): outputs} of every FORWARD_REQUESTS case, answered
+    by one process of that framework per session (its import paid once)."""
+    answered: dict[str, dict] = {}
+
+    def get(framework: str) -> dict:
+        if framework not in answered:
+            answered[framework] = run_forwards(framework, list(FORWARD_REQUESTS),
+                                               tmp_path_factory.mktemp(f"forward-{framework}"))
+        return answered[framework]
+
+    return get
 
 
 def needs(framework: str):

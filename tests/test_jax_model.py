@@ -3,7 +3,7 @@ against parbench.contract.optim's rules, synchronized BatchNorm over 2 devices a
 canonical weights in and out.
 
 JAX runs only in subprocesses (TensorFlow and Paddle segfault when imported into one process
-with it, see conftest): forward passes through ``parbench.parity.run_forward``, the rest as
+with it, see conftest): forward passes through ``parbench.cli.parity.run_forwards``, the rest as
 scripts that print their measurements as JSON; the assertions are made here.
 """
 
@@ -19,7 +19,12 @@ import numpy as np
 import pytest
 
 from conftest import needs
-from parbench.cli.parity import FORWARD_CASES, FORWARD_TOLERANCE, relative_difference, run_forward
+from parbench.cli.parity import (
+    FORWARD_CASES,
+    FORWARD_TOLERANCE,
+    forward_inputs,
+    relative_difference,
+)
 
 # find_spec, not importorskip: importing jax here is what the subprocesses are for
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
@@ -41,13 +46,12 @@ def run_script(script: str, env: dict | None = None) -> dict:
 @needs("torch")
 @pytest.mark.slow
 @pytest.mark.parametrize("model,mode", FORWARD_CASES)
-def test_forward_matches_torch(tmp_path, model, mode):
+def test_forward_matches_torch(forwards, model, mode):
     """Logits and every exported tensor after one pass. Measured (max |diff| / max |torch|):
     resnet/train 1.9e-7 (running statistics 9.8e-8), resnet/eval 2.6e-7, resnet-nonorm 1.6e-7,
     mlp 3.3e-7, vit 5.0e-7 in both modes; XLA's default precision and HIGHEST give the same
     bits on the CPU."""
-    reference = run_forward("torch", model, mode, tmp_path / "torch")
-    ported = run_forward("jax", model, mode, tmp_path / "jax")
+    reference, ported = forwards("torch")[model, mode], forwards("jax")[model, mode]
     assert set(ported) == set(reference)
     assert relative_difference(reference["logits"], ported["logits"]) <= FORWARD_TOLERANCE
     statistics = [key for key in reference if "running_" in key]
@@ -59,8 +63,8 @@ def test_forward_matches_torch(tmp_path, model, mode):
             else:  # a forward pass leaves the rest as loaded: bit-identical
                 assert np.array_equal(reference[key], ported[key]), key
     if mode == "train" and statistics:  # the statistics really moved: not a vacuous pass
-        inputs = np.load(tmp_path / "jax" / "weights.npz")
-        assert all(relative_difference(inputs[key[len("weights/"):]], ported[key]) > 1e-3
+        loaded = forward_inputs(model)[1]  # the weights the request carried
+        assert all(relative_difference(loaded[key[len("weights/"):]], ported[key]) > 1e-3
                    for key in statistics)
 
 

@@ -19,8 +19,8 @@ from conftest import default_threads, needs, parbench, records_in
 from parbench.cli.parity import (
     FORWARD_CASES,
     STRATEGY_TOLERANCE,
-    compare_forward,
     compare_runs,
+    forward_checks,
     forward_inputs,
     run_trajectory,
 )
@@ -48,8 +48,9 @@ def single_trajectory(trajectory):
 @needs("torch")
 @pytest.mark.slow
 @pytest.mark.parametrize("model,mode", FORWARD_CASES)
-def test_forward_matches_torch(tmp_path, model, mode):
-    checks = compare_forward("paddle", model, mode, tmp_path)
+def test_forward_matches_torch(forwards, model, mode):
+    case = (model, mode)
+    checks = forward_checks("paddle", case, forwards("torch")[case], forwards("paddle")[case])
     if mode == "train":  # every running statistic is compared after the training-mode pass
         statistics = {name for name in forward_inputs(model)[1] if "running_" in name}
         assert {c.check.split(": ")[1] for c in checks[1:]} == statistics

@@ -21,8 +21,8 @@ from parbench.cli.parity import (
     FORWARD_CASES,
     STRATEGY_TOLERANCE,
     TRAJECTORY_TOLERANCE,
-    compare_forward,
     compare_runs,
+    forward_checks,
     forward_inputs,
 )
 from parbench.contract.weights import load_weights
@@ -76,11 +76,11 @@ def runs(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
 
 @pytest.mark.slow
 @needs("torch")
-def test_forward_matches_torch(tmp_path):
-    results = _in_lanes(lambda case: compare_forward("tensorflow", *case,
-                                                     tmp_path / "-".join(case)),
-                        list(FORWARD_CASES))
-    for (model, mode), checks in zip(FORWARD_CASES, results):
+def test_forward_matches_torch(forwards):
+    for case in FORWARD_CASES:
+        checks = forward_checks("tensorflow", case, forwards("torch")[case],
+                                forwards("tensorflow")[case])
+        model, mode = case
         if mode == "train":  # every running statistic is compared after the training pass
             statistics = {name for name in forward_inputs(model)[1] if "running_" in name}
             assert {c.check.split(": ")[1] for c in checks[1:]} == statistics

@@ -10,27 +10,13 @@ model's weights after the forward pass it is asked for.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from conftest import needs
 from parbench.cli.parity import FRAMEWORKS, forward_inputs
 from parbench.contract.spec import MODEL_NAMES, build_spec
-from parbench.contract.weights import initial_weights, load_weights, save_weights
-
-# All of one framework's requests run in one process, one after another: importing TensorFlow
-# alone takes ~10 s here. forward.py's main() builds a fresh model for every request.
-ANSWER_REQUESTS = """
-import importlib, sys
-forward = importlib.import_module(f"parbench.frameworks.{sys.argv[1]}.forward")
-for request in sys.argv[2:]:
-    forward.main(request)
-"""
+from parbench.contract.weights import initial_weights
 
 
 def mismatches(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray]) -> dict[str, str]:
@@ -52,46 +38,11 @@ def mismatches(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray]) -
     return found
 
 
-def _request(folder: Path, model: str, mode: str) -> Path:
-    """Write a forward request (the format of parbench.parity.run_forward) for ``model``."""
-    spec, weights, batch = forward_inputs(model)
-    folder.mkdir(parents=True)
-    save_weights(folder / "weights.npz", weights)
-    np.savez(folder / "inputs.npz", x=batch)
-    request = {"model": spec, "mode": mode, "weights": str(folder / "weights.npz"),
-               "inputs": str(folder / "inputs.npz"), "output": str(folder / "output.npz")}
-    (folder / "request.json").write_text(json.dumps(request))
-    return folder / "request.json"
-
-
-def _exported(output: Path) -> dict[str, np.ndarray]:
-    return {name[len("weights/"):]: tensor for name, tensor in load_weights(output).items()
+def exported(forwards, framework: str, model: str, mode: str) -> dict[str, np.ndarray]:
+    """The weights ``framework``'s forward.py exported after that pass of ``model``."""
+    return {name[len("weights/"):]: tensor
+            for name, tensor in forwards(framework)[model, mode].items()
             if name.startswith("weights/")}
-
-
-def _round_trip(framework: str, folder: Path) -> dict[tuple[str, str], dict[str, np.ndarray]]:
-    """(model, mode) -> the weights ``framework`` exported after that forward pass: an
-    inference pass for every model kind, and a training pass of the BatchNorm resnet."""
-    cases = [(model, "eval") for model in MODEL_NAMES] + [("resnet", "train")]
-    requests = [_request(folder / f"{model}-{mode}", model, mode) for model, mode in cases]
-    done = subprocess.run([sys.executable, "-c", ANSWER_REQUESTS, framework,
-                           *map(str, requests)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {case: _exported(request.parent / "output.npz")
-            for case, request in zip(cases, requests)}
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    """framework -> its round-trip exports, each framework's process started once."""
-    cache: dict[str, dict] = {}
-
-    def get(framework: str) -> dict:
-        if framework not in cache:
-            cache[framework] = _round_trip(framework, tmp_path_factory.mktemp(framework))
-        return cache[framework]
-
-    return get
 
 
 # TensorFlow's in the fast lane (its model builder maps the most: layouts, BatchNorm momentum),
@@ -102,21 +53,21 @@ FRAMEWORK_CASES = [pytest.param(fw, marks=[needs(fw)] if fw == "tensorflow"
 
 @pytest.mark.parametrize("model", MODEL_NAMES)
 @pytest.mark.parametrize("framework", FRAMEWORK_CASES)
-def test_weights_export_back_bit_identically(exports, framework, model):
+def test_weights_export_back_bit_identically(forwards, framework, model):
     # forward_inputs gives the BatchNorm running statistics random values, not zeros and ones,
     # so a loader that skipped them (leaving the defaults) would be caught too. An inference
     # pass changes nothing, so what comes back must be exactly what went in.
     expected = forward_inputs(model)[1]
-    assert mismatches(expected, exports(framework)[(model, "eval")]) == {}
+    assert mismatches(expected, exported(forwards, framework, model, "eval")) == {}
 
 
 @pytest.mark.parametrize("framework", FRAMEWORK_CASES)
-def test_export_reads_the_live_model(exports, framework):
+def test_export_reads_the_live_model(forwards, framework):
     """A training pass moves every running statistic and nothing else: the export reflects the
     model's state after the pass (it is not an echo of the loaded arrays, which would make the
     round trip above pass vacuously)."""
     expected = forward_inputs("resnet")[1]
-    changed = mismatches(expected, exports(framework)[("resnet", "train")])
+    changed = mismatches(expected, exported(forwards, framework, "resnet", "train"))
     assert set(changed) == {name for name in expected if ".running_" in name}
     assert all(why.startswith("values differ") for why in changed.values()), changed
 

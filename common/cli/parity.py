@@ -10,10 +10,10 @@
 * Compile (``parbench parity --compile``): the same 10 steps of each single backend, and of each
   listed strategy on 2 devices, compiled (torch.compile, XLA, to_static) against eager.
 
-Every framework's ``frameworks/<name>/forward.py`` answers a forward request:
-``python -m parbench.frameworks.<name>.forward REQUEST.json`` reads ``request.json``
-(``model``: spec dict, ``mode``: train|eval, ``weights``/``inputs``/``output``: .npz paths) and
-writes ``output`` with ``logits`` and ``weights/<canonical name>`` after the pass.
+Every framework's ``frameworks/<name>/forward.py`` answers forward requests:
+``python -m parbench.frameworks.<name>.forward REQUEST.json [REQUEST.json ...]`` reads each
+request (``model``: spec dict, ``mode``: train|eval, ``weights``/``inputs``/``output``: .npz
+paths) and writes its ``output`` with ``logits`` and ``weights/<canonical name>`` after the pass.
 """
 
 from __future__ import annotations
@@ -96,9 +96,25 @@ def forward_inputs(model: str, seed: int = 0) -> tuple[dict, dict[str, np.ndarra
     return spec_dict(spec), weights, batch
 
 
-def run_forward(framework: str, model: str, mode: str, folder: Path,
-                timeout: float = 300) -> dict[str, np.ndarray]:
-    """Ask ``framework``'s forward.py, in a fresh process, for one forward case."""
+Case = tuple[str, str]  # (model, train|eval)
+
+
+def run_forwards(framework: str, cases: list[Case], folder: Path,
+                 timeout: float = 600) -> dict[Case, dict[str, np.ndarray]]:
+    """Ask ``framework``'s forward.py for every case, in one fresh process: importing a
+    framework costs seconds (TensorFlow ~10 s here), a forward pass milliseconds."""
+    requests = [_write_request(folder / f"{model}-{mode}", model, mode) for model, mode in cases]
+    done = subprocess.run([sys.executable, "-m", f"parbench.frameworks.{framework}.forward",
+                           *map(str, requests)], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{framework} forward {', '.join('/'.join(c) for c in cases)} "
+                           f"failed:\n{done.stderr[-3000:]}")
+    return {case: load_weights(request.parent / "output.npz")
+            for case, request in zip(cases, requests)}
+
+
+def _write_request(folder: Path, model: str, mode: str) -> Path:
+    """A forward request: spec, mode, and the paths of weights, inputs and the output."""
     spec, weights, batch = forward_inputs(model)
     folder.mkdir(parents=True, exist_ok=True)
     save_weights(folder / "weights.npz", weights)
@@ -106,17 +122,14 @@ def run_forward(framework: str, model: str, mode: str, folder: Path,
     request = {"model": spec, "mode": mode, "weights": str(folder / "weights.npz"),
                "inputs": str(folder / "inputs.npz"), "output": str(folder / "output.npz")}
     (folder / "request.json").write_text(json.dumps(request))
-    done = subprocess.run([sys.executable, "-m", f"parbench.frameworks.{framework}.forward",
-                           str(folder / "request.json")], capture_output=True, text=True,
-                          timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"{framework} forward {model}/{mode} failed:\n{done.stderr[-3000:]}")
-    return load_weights(folder / "output.npz")
+    return folder / "request.json"
 
 
-def compare_forward(framework: str, model: str, mode: str, folder: Path) -> list[Comparison]:
-    reference = run_forward(REFERENCE, model, mode, folder / REFERENCE)
-    other = run_forward(framework, model, mode, folder / framework)
+def forward_checks(framework: str, case: Case, reference: dict[str, np.ndarray],
+                   other: dict[str, np.ndarray]) -> list[Comparison]:
+    """Logits of one forward case against torch's and, after a training-mode pass, every
+    running statistic."""
+    model, mode = case
     checks = [Comparison(framework, f"forward {model}/{mode}: logits",
                          relative_difference(reference["logits"], other["logits"]),
                          FORWARD_TOLERANCE)]
@@ -214,11 +227,14 @@ def run_parity(frameworks: list[str], strategies: list[str], folder: Path,
     checks: list[Comparison] = []
     reference = FRAMEWORKS[REFERENCE].single
     singles = {REFERENCE: run_trajectory(reference, folder / "trajectory", family=family)}
+    cases = list(FAMILIES[family].forward_cases)
+    reference_forwards = run_forwards(REFERENCE, cases, folder / "forward" / REFERENCE)
     for framework in frameworks:
         if framework == REFERENCE:
             continue
-        for model, mode in FAMILIES[family].forward_cases:
-            checks += compare_forward(framework, model, mode, folder / f"{model}-{mode}")
+        forwards = run_forwards(framework, cases, folder / "forward" / framework)
+        checks += [check for case in cases for check in
+                   forward_checks(framework, case, reference_forwards[case], forwards[case])]
         single = FRAMEWORKS[framework].single
         singles[framework] = run_trajectory(single, folder / "trajectory", family=family)
         checks += compare_runs(f"{single} vs {reference}", singles[REFERENCE],

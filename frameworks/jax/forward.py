@@ -1,5 +1,5 @@
-"""One forward pass for the cross-framework parity check (see parbench.cli.parity):
-``python -m parbench.frameworks.jax.forward REQUEST.json``.
+"""Forward passes for the cross-framework parity check (see parbench.cli.parity):
+``python -m parbench.frameworks.jax.forward REQUEST.json [REQUEST.json ...]``.
 
 float32 (x64 off), on one CPU device and one compute thread, like the torch reference; the
 environment is set before jax is imported, which is why the imports are inside ``main``.
@@ -23,10 +23,19 @@ def configure() -> None:
     os.environ["JAX_ENABLE_X64"] = "0"
 
 
-def main(request_path: str) -> None:
+def main(*request_paths: str) -> None:
+    """Answer each request in turn, in this one process (its import paid once)."""
     configure()
     # imported only now: jax reads JAX_PLATFORMS and JAX_ENABLE_X64 when imported (its
     # backend XLA_FLAGS and PJRT_NPROC when it starts), so configure() goes first
+    import jax
+
+    jax.config.update("jax_enable_x64", False)
+    for request_path in request_paths:
+        answer(json.loads(Path(request_path).read_text()))
+
+
+def answer(request: dict) -> None:
     import jax
     import numpy as np
 
@@ -35,8 +44,6 @@ def main(request_path: str) -> None:
 
     from .model import apply, export_weights, split_weights
 
-    jax.config.update("jax_enable_x64", False)
-    request = json.loads(Path(request_path).read_text())
     spec = spec_from_dict(request["model"])
     params, stats = split_weights(spec, load_weights(request["weights"]))
     x = jax.numpy.asarray(np.load(request["inputs"])["x"])
@@ -47,4 +54,4 @@ def main(request_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -1,9 +1,11 @@
-"""One forward pass for the cross-framework parity check (see parbench.cli.parity)."""
+"""Forward passes for the cross-framework parity check (see parbench.cli.parity):
+``python -m parbench.frameworks.tensorflow.forward REQUEST.json [REQUEST.json ...]``."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -14,11 +16,16 @@ from .model import build_model, export_weights
 from .tfkeras import tf
 
 
-def main(request_path: str) -> None:
-    request = json.loads(open(request_path).read())
+def main(*request_paths: str) -> None:
+    """Answer each request in turn, in this one process (its import paid once)."""
     # thread count changes the bits; parity compares single-thread
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    for request_path in request_paths:
+        answer(json.loads(Path(request_path).read_text()))
+
+
+def answer(request: dict) -> None:
     spec = spec_from_dict(request["model"])
     model = build_model(spec, load_weights(request["weights"]))
     inputs = np.load(request["inputs"])["x"]
@@ -28,4 +35,4 @@ def main(request_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -1,4 +1,5 @@
-"""One forward pass for the cross-framework parity check (see parbench.cli.parity)."""
+"""Forward passes for the cross-framework parity check (see parbench.cli.parity):
+``python -m parbench.frameworks.torch.forward REQUEST.json [REQUEST.json ...]``."""
 
 from __future__ import annotations
 
@@ -15,9 +16,14 @@ from parbench.contract.weights import load_weights, save_weights
 from .model import build_model, export_weights
 
 
-def main(request_path: str) -> None:
-    request = json.loads(Path(request_path).read_text())
+def main(*request_paths: str) -> None:
+    """Answer each request in turn, in this one process (its import paid once)."""
     torch.set_num_threads(1)  # thread count changes the bits; parity compares single-thread
+    for request_path in request_paths:
+        answer(json.loads(Path(request_path).read_text()))
+
+
+def answer(request: dict) -> None:
     model = build_model(spec_from_dict(request["model"]), load_weights(request["weights"]))
     model.train(request["mode"] == "train")
     with torch.no_grad():
@@ -27,4 +33,4 @@ def main(request_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
