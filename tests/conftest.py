@@ -148,6 +148,10 @@ def write_cifar(folder, n_per_batch=20, seed=0):
 
 
 UNEVEN_INPUT = ("--train-subset", "4095", "--global-batch", "64", "--epochs", "1")
+# Tests of what a pipeline feeds train the cheapest model: which samples reach which device, in
+# what order, and the epoch's account do not depend on the model (an epoch of the default resnet
+# takes ~40 s of CPU here, of the mlp a few)
+FEED_ONLY = ("--model", "mlp")
 
 
 def uneven_input_row(backend: str) -> dict:

@@ -13,7 +13,7 @@ import pytest
 from test_modes import v3
 from test_report import markdown_tables, record
 
-from conftest import UNEVEN_INPUT, needs, parbench, run_ok, uneven_input_row
+from conftest import FEED_ONLY, UNEVEN_INPUT, needs, parbench, run_ok, uneven_input_row
 from parbench.contract.batches import schedule
 from parbench.contract.data import load_synthetic
 from parbench.results.records import check_record
@@ -121,7 +121,7 @@ def test_bad_input_options_are_refused_before_anything_starts(tmp_path, args, me
 @pytest.mark.slow
 def test_the_arrays_feed_on_an_uneven_dataset_is_the_contract_row_of_the_porting_doc(tmp_path):
     rec = run_ok(tmp_path, "torch-ddp", "--launcher", "spawn", "--devices", "2",
-                 *UNEVEN_INPUT)
+                 *UNEVEN_INPUT, *FEED_ONLY)
     fed = rec["metrics"]["input"]
     row = uneven_input_row("contract")
     assert fed["pipeline"] == "arrays" and fed["order"] == "contract"

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import UNEVEN_INPUT, needs, run_ok, uneven_input_row
+from conftest import FEED_ONLY, UNEVEN_INPUT, needs, run_ok, uneven_input_row
 
 pytestmark = needs("paddle")
 
-NATIVE = ("--input", "native")
+NATIVE = ("--input", "native", *FEED_ONLY)
 
 
 def random_sampler_order(seed: int, n: int, workers: int = 0) -> np.ndarray:

@@ -20,21 +20,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import UNEVEN_INPUT, needs, run_ok, uneven_input_row
+from conftest import FEED_ONLY, UNEVEN_INPUT, needs, run_ok, uneven_input_row
 
 pytestmark = needs("tensorflow")
 
 LANES = 2
 SEED = 0  # parbench's default --seed: the pipeline's shuffle seed
 TWO = ("--devices", "2")
-NATIVE = ("--input", "native")
+NATIVE = ("--input", "native", *FEED_ONLY)
 # runs without a second process; MultiWorker's (a process per worker) are the slow lane's
 FAST_RUNS = {
     "mirrored-epoch": ("tf-mirrored", (*TWO, *NATIVE, "--epochs", "1")),
     "uneven-tf-single": ("tf-single", (*NATIVE, *UNEVEN_INPUT)),
     "uneven-tf-mirrored": ("tf-mirrored", (*TWO, *NATIVE, *UNEVEN_INPUT)),
     "uneven-tf-mirrored-keras": ("tf-mirrored-keras", (*TWO, *NATIVE, *UNEVEN_INPUT)),
-    "keras-arrays": ("tf-mirrored-keras", (*TWO, *UNEVEN_INPUT)),
+    "keras-arrays": ("tf-mirrored-keras", (*TWO, *UNEVEN_INPUT, *FEED_ONLY)),
 }
 SLOW_RUNS = {
     "multiworker-two-epochs": ("tf-multiworker", (*TWO, *NATIVE, "--epochs", "2")),

@@ -14,11 +14,11 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import UNEVEN_INPUT, needs, run_ok, uneven_input_row
+from conftest import FEED_ONLY, UNEVEN_INPUT, needs, run_ok, uneven_input_row
 
 pytestmark = needs("torch")
 
-NATIVE = ("--input", "native")
+NATIVE = ("--input", "native", *FEED_ONLY)
 SMALL = ("--train-subset", "512", "--global-batch", "64")  # 8 steps per epoch: short runs
 
 
