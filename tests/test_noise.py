@@ -119,7 +119,7 @@ def test_check_reads_v1_and_wants_the_load_in_v2(tmp_path):
 
 
 SWEEP = ["compare", "torch-single", "torch-dp", "--devices", "1", "--steps", "2",
-         "--global-batch", "32", "--repeats", "2", "--warmup-runs", "1"]
+         "--global-batch", "32", "--repeats", "2", "--warmup-runs", "1", "--model", "mlp"]
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ def one_line_refusal(result, fragment: str) -> None:
 @needs("torch")
 def test_records_of_two_launchers_coexist_and_resume_tells_them_apart(tmp_path):
     common = ["torch-ddp", "--devices", "2", "--steps", "2", "--global-batch", "32",
-              "--out", str(tmp_path)]
+              "--model", "mlp", "--out", str(tmp_path)]
     for launcher in ("torchrun", "spawn"):
         assert parbench("run", *common, "--launcher", launcher).returncode == 0
     records = records_in(tmp_path)
@@ -45,7 +45,8 @@ def test_records_of_two_launchers_coexist_and_resume_tells_them_apart(tmp_path):
 @pytest.mark.slow
 @needs("torch")
 def test_thread_count_is_part_of_the_record_name(tmp_path):
-    common = ["torch-single", "--steps", "2", "--global-batch", "32", "--out", str(tmp_path)]
+    common = ["torch-single", "--steps", "2", "--global-batch", "32", "--model", "mlp", "--out",
+              str(tmp_path)]
     for threads in ("1", "2"):
         assert parbench("run", *common, "--threads", threads).returncode == 0
     assert sorted(r["variant"]["threads"] for r in records_in(tmp_path)) == [1, 2]

@@ -65,24 +65,23 @@ def test_run_writes_records_that_check_accepts(tmp_path, backend, devices, extra
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher,kind", [("torchrun", "crash"), ("spawn", "exit")])
-def test_crashed_worker_fails_the_run_quickly(tmp_path, launcher, kind):
-    result = parbench("run", "torch-ddp", "--launcher", launcher, "--steps", "50",
-                      "--global-batch", "32", "--timeout", "120", "--out", str(tmp_path),
-                      env={"PARBENCH_TEST_FAULT": f"{kind}:1:2"})
+def test_exited_worker_fails_the_run_quickly(tmp_path):
+    """A rank that leaves by os._exit, without a traceback (a rank that raises: tests/
+    test_lifetime.py, with torchrun)."""
+    result = parbench("run", "torch-ddp", "--launcher", "spawn", "--steps", "50", "--model",
+                      "mlp", "--global-batch", "32", "--timeout", "120", "--out", str(tmp_path),
+                      env={"PARBENCH_TEST_FAULT": "exit:1:2"})
     assert result.returncode == 1
     (record,) = records_in(tmp_path)
     assert record["status"] == "failed" and record["metrics"] is None
     assert record["duration_s"] < 60
-    if kind == "crash":
-        assert "injected fault on rank 1 at step 2" in record["error"]
     assert parbench("check", str(tmp_path)).returncode == 0
 
 
 @pytest.mark.slow
 def test_hung_worker_times_out(tmp_path):
-    result = parbench("run", "torch-ddp", "--launcher", "spawn", "--steps", "50",
-                      "--global-batch", "32", "--timeout", "20", "--out", str(tmp_path),
+    result = parbench("run", "torch-ddp", "--launcher", "spawn", "--steps", "50", "--model",
+                      "mlp", "--global-batch", "32", "--timeout", "20", "--out", str(tmp_path),
                       env={"PARBENCH_TEST_FAULT": "hang:0:1"})
     assert result.returncode == 1
     (record,) = records_in(tmp_path)
