@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import needs, run_ok
+from conftest import needs, run_digits
 from parbench.cli.parity import (
     FORWARD_TOLERANCE,
     STRATEGY_TOLERANCE,
@@ -292,8 +292,8 @@ def single(trajectory) -> tuple[dict, dict]:
 
 @pytest.mark.slow
 def test_vit_run_records_its_clipped_steps(tmp_path):
-    record = run_ok(tmp_path, "tf-single", "--model", "vit", "--optimizer", "adamw",
-                    "--clip-grad-norm", "1.0", "--steps", "10")
+    record = run_digits(tmp_path, "tf-single", "--model", "vit", "--optimizer", "adamw",
+                        "--clip-grad-norm", "1.0", steps=10)
     assert record["optimizer"]["name"] == "adamw"
     assert record["optimizer"]["clip_grad_norm"] == 1.0
     assert 0 < record["metrics"]["clipped_steps"] <= 10
