@@ -70,9 +70,12 @@ def assert_nothing_left(tmpdir: Path, seconds: float) -> None:
 @pytest.mark.parametrize("moment", ["mid-run", "mid-hang"])
 def test_sigterm_to_compare_ends_every_process_and_resume_completes(tmp_path, moment):
     out, tmpdir = tmp_path / "runs", tmp_path / "tmp"
-    # 60 steps of the resnet (~8 s here) leave the SIGTERM a wide window in the second repeat
+    # mid-run: 60 steps of the resnet (~8 s here) leave the SIGTERM a wide window in the second
+    # repeat; mid-hang: the hang is the window, and the cheapest model makes the resume short
+    model = "resnet" if moment == "mid-run" else "mlp"
     sweep = ["compare", "torch-ddp", "--devices", "2", "--repeats", "2", "--steps", "60",
-             "--global-batch", "32", "--out", str(out), "--report-dir", str(tmp_path / "rep")]
+             "--model", model, "--global-batch", "32", "--out", str(out), "--report-dir",
+             str(tmp_path / "rep")]
     if moment == "mid-run":  # SIGTERM while the second repeat trains
         compare = start(tmpdir, *sweep)
         wait_for(lambda: list(out.glob("*.json")), 300, "the first record")
