@@ -1,7 +1,7 @@
 """The evaluation each record reports is the model's, scored independently: from the run's
 final weights, torch's forward (parity's forward.py, one process, the whole test set) gives a
 prediction per row; the confusion matrix, accuracy and macro scores computed from those here,
-with scikit-learn's own scores, must be the record's. Two devices each: every strategy's ranks
+by oracles written from the definitions, must be the record's. Two devices each: every strategy's ranks
 or replicas score their parts of the test set and the counts are summed, so a row scored twice,
 a part left out or a prediction taken from the wrong rows shows. The mlp has no BatchNorm, so
 every rank's copy of the model is the exported one."""
