@@ -1,0 +1,130 @@
+"""Token data for the language-model task: windows of ``context + 1`` tokens, of which a model
+reads the first ``context`` and predicts every next one.
+
+Two sources, both deterministic:
+
+* ``MarkovLanguage``: a synthetic language drawn from a seed, an order-2 Markov chain over
+  ``vocab`` tokens, whose loss floor parbench computes exactly (no model can score a lower
+  expected validation loss on its windows), so a record can state how far a model is from it.
+* ``text_windows``: the bytes of a UTF-8 text file as tokens (vocabulary 256: nothing to
+  download, no tokenizer to port), cut into consecutive windows; the last tenth of the file is
+  the validation split, so no validation window overlaps a training one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .data import DatasetError
+
+BYTE_VOCAB = 256
+VALIDATION_SHARE = 0.1  # of a text file's windows, from its end
+STATIONARY_TOLERANCE = 1e-13  # power iteration stops when no pair probability moves more
+
+
+@dataclass(frozen=True)
+class MarkovLanguage:
+    """P(next token | the two before it), as ``transition[a, b, c]``.
+
+    Each context (a, b) allows ``branching`` successors with Dirichlet(1) weights, mixed with
+    the uniform distribution at weight ``noise``: every transition is possible, so the chain
+    over token pairs is irreducible and aperiodic and has one stationary distribution, the one
+    windows start from."""
+
+    transition: np.ndarray  # [vocab, vocab, vocab] float64, each [a, b] sums to 1
+
+    @classmethod
+    def from_seed(cls, vocab: int, seed: int, branching: int = 4,
+                  noise: float = 0.05) -> MarkovLanguage:
+        if not 2 <= branching <= vocab:
+            raise ValueError(f"branching must be in 2..{vocab}, got {branching}")
+        rng = np.random.default_rng(seed)
+        successors = np.argsort(rng.random((vocab, vocab, vocab)), axis=-1)[..., :branching]
+        weights = np.zeros((vocab, vocab, vocab))
+        np.put_along_axis(weights, successors,
+                          rng.dirichlet(np.ones(branching), size=(vocab, vocab)), axis=-1)
+        return cls((1 - noise) * weights + noise / vocab)
+
+    @property
+    def vocab(self) -> int:
+        return self.transition.shape[0]
+
+    def pair_distribution(self) -> np.ndarray:
+        """pi[a, b]: the stationary probability that tokens a, b follow each other, by power
+        iteration of the pair chain (a, b) -> (b, c)."""
+        pi = np.full((self.vocab, self.vocab), 1.0 / self.vocab ** 2)
+        for _ in range(100_000):
+            following = np.einsum("ab,abc->bc", pi, self.transition)
+            if np.abs(following - pi).max() < STATIONARY_TOLERANCE:
+                return following
+            pi = following
+        raise RuntimeError("the pair chain did not reach its stationary distribution")
+
+    def entropy_rate(self) -> float:
+        """H(next | two before), nats: the expected loss of the true model once a window has
+        shown it two tokens (earlier ones tell it nothing more)."""
+        return float(np.sum(self.pair_distribution() * _entropy(self.transition)))
+
+    def first_step_entropy(self) -> float:
+        """H(X1 | X0), nats: the expected loss of the true model at a window's first
+        prediction, where it has seen one token."""
+        pi = self.pair_distribution()
+        return float(_entropy(pi.ravel()) - _entropy(pi.sum(axis=1)))
+
+    def loss_floor(self, context: int) -> float:
+        """The lowest expected mean loss over a window's ``context`` predictions: one made
+        from one token, the rest from two or more."""
+        return (self.first_step_entropy() + (context - 1) * self.entropy_rate()) / context
+
+    def windows(self, count: int, length: int, seed: int) -> np.ndarray:
+        """``count`` independent windows of ``length`` tokens, [count, length] int64: each
+        starts from the stationary pair distribution and follows the chain."""
+        rng = np.random.default_rng(seed)
+        vocab = self.vocab
+        first = rng.choice(vocab * vocab, size=count, p=self.pair_distribution().ravel())
+        tokens = np.empty((count, length), np.int64)
+        tokens[:, 0], tokens[:, 1] = np.divmod(first, vocab)
+        cumulative = self.transition.cumsum(axis=-1)
+        for t in range(2, length):
+            drawn = rng.random((count, 1))
+            below = (cumulative[tokens[:, t - 2], tokens[:, t - 1]] < drawn).sum(axis=-1)
+            tokens[:, t] = np.minimum(below, vocab - 1)  # a sum rounded below 1
+        return tokens
+
+
+def _entropy(probabilities: np.ndarray) -> np.ndarray:
+    """Entropy in nats over the last axis (0 log 0 = 0)."""
+    p = np.asarray(probabilities, np.float64)
+    logs = np.log(p, out=np.zeros_like(p), where=p > 0)
+    return -np.sum(p * logs, axis=-1)
+
+
+def text_windows(path: Path, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) windows of ``context + 1`` byte tokens from a UTF-8 text file,
+    [windows, context + 1] int64 each, consecutive and not overlapping; validation is the last
+    VALIDATION_SHARE of them (at least one)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DatasetError(f"text file not found: {path}") from None
+    except OSError as err:
+        raise DatasetError(f"text file cannot be read: {path} ({err.strerror})") from None
+    if not raw:
+        raise DatasetError(f"text file is empty: {path}")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"not UTF-8 text: {path} (byte {err.start}: "
+                           f"{raw[err.start:err.start + 1]!r})") from None
+    count = len(raw) // (context + 1)
+    if count < 2:
+        raise DatasetError(f"text file too short: {path} has {len(raw)} bytes, fewer than 2 "
+                           f"windows of {context + 1} (one to train on, one to validate)")
+    tokens = np.frombuffer(raw, np.uint8)[:count * (context + 1)].astype(np.int64)
+    windows = tokens.reshape(count, context + 1)
+    held_out = max(1, round(count * VALIDATION_SHARE))
+    return windows[:-held_out], windows[-held_out:]
