@@ -4,7 +4,7 @@ rule give (recomputed here from a bare ``tf.data`` shuffle, in a subprocess: no 
 imported into pytest), every epoch covers the training set once, the uneven dataset's figures
 are the porting doc's, and fit records what it was fed, with --input arrays too.
 
-Each TensorFlow process spends ~10 s importing TensorFlow: the runs of a lane share one set,
+Each TensorFlow process spends ~6 s importing TensorFlow: the runs of a lane share one set,
 two at a time.
 """
 

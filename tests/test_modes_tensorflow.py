@@ -4,7 +4,7 @@ their trajectory against the plain graph, synchronized BatchNorm making 2 replic
 device (custom loop, MultiWorker and fit), gradient accumulation on one device following two,
 the per-row predictions behind the classification scores, and what is refused.
 
-Each TensorFlow process spends ~10 s importing TensorFlow: the slow cases share one set of
+Each TensorFlow process spends ~6 s importing TensorFlow: the slow cases share one set of
 runs, two at a time.
 """
 

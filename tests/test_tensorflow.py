@@ -2,7 +2,7 @@
 and Keras fit) and MultiWorkerMirroredStrategy against one device, records, the replica-device
 guard, bad input and faults. TensorFlow only ever runs in subprocesses.
 
-Each TF process spends ~10 s importing TensorFlow, so independent runs go two at a time and
+Each TF process spends ~6 s importing TensorFlow, so independent runs go two at a time and
 one training run serves several checks.
 """
 

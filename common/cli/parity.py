@@ -102,7 +102,7 @@ Case = tuple[str, str]  # (model, train|eval)
 def run_forwards(framework: str, cases: list[Case], folder: Path,
                  timeout: float = 600) -> dict[Case, dict[str, np.ndarray]]:
     """Ask ``framework``'s forward.py for every case, in one fresh process: importing a
-    framework costs seconds (TensorFlow ~10 s here), a forward pass milliseconds."""
+    framework costs seconds (TensorFlow 6.5 s here), a forward pass milliseconds."""
     requests = [_write_request(folder / f"{model}-{mode}", model, mode) for model, mode in cases]
     done = subprocess.run([sys.executable, "-m", f"parbench.frameworks.{framework}.forward",
                            *map(str, requests)], capture_output=True, text=True, timeout=timeout)

@@ -20,7 +20,6 @@ import numpy as np
 
 from .data import DatasetError
 
-BYTE_VOCAB = 256
 VALIDATION_SHARE = 0.1  # of a text file's windows, from its end
 STATIONARY_TOLERANCE = 1e-13  # power iteration stops when no pair probability moves more
 

@@ -2,7 +2,7 @@
 ``python -m parbench.frameworks.jax.forward REQUEST.json [REQUEST.json ...]``.
 
 float32 (x64 off), on one CPU device and one compute thread, like the torch reference; the
-environment is set before jax is imported, which is why the imports are inside ``main``.
+environment is set before jax is imported, which is why the imports are inside the functions.
 """
 
 from __future__ import annotations
