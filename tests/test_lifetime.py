@@ -70,8 +70,8 @@ def assert_nothing_left(tmpdir: Path, seconds: float) -> None:
 @pytest.mark.parametrize("moment", ["mid-run", "mid-hang"])
 def test_sigterm_to_compare_ends_every_process_and_resume_completes(tmp_path, moment):
     out, tmpdir = tmp_path / "runs", tmp_path / "tmp"
-    # mid-run: 60 steps of the resnet (~8 s here) leave the SIGTERM a wide window in the second
-    # repeat; mid-hang: the hang is the window, and the cheapest model makes the resume short
+    # mid-run: 60 steps of the resnet (~0.1 s each here) leave the SIGTERM a wide window in
+    # the second repeat; mid-hang: the hang is the window, and the mlp makes the resume short
     model = "resnet" if moment == "mid-run" else "mlp"
     sweep = ["compare", "torch-ddp", "--devices", "2", "--repeats", "2", "--steps", "60",
              "--model", model, "--global-batch", "32", "--out", str(out), "--report-dir",
