@@ -23,7 +23,7 @@ def language() -> MarkovLanguage:
 def true_model_losses(language: MarkovLanguage, windows: np.ndarray) -> np.ndarray:
     """[windows, context] negative log-likelihoods of each next token under the chain itself:
     from the stationary pair distribution at the first prediction, the transition after."""
-    pi = language.pair_distribution()
+    pi = language.pair_distribution
     first = pi / pi.sum(axis=1, keepdims=True)  # P(x1 | x0)
     losses = [-np.log(first[windows[:, 0], windows[:, 1]])]
     for t in range(2, windows.shape[1]):
@@ -46,7 +46,7 @@ def test_the_chain_is_a_distribution_with_sparse_rows(language):
 
 
 def test_the_pair_distribution_is_stationary(language):
-    pi = language.pair_distribution()
+    pi = language.pair_distribution
     assert pi.sum() == pytest.approx(1, abs=1e-12) and pi.min() > 0
     assert np.allclose(np.einsum("ab,abc->bc", pi, language.transition), pi, atol=1e-12)
     assert np.allclose(pi.sum(axis=0), pi.sum(axis=1), atol=1e-12)  # one token marginal
