@@ -149,8 +149,8 @@ def write_cifar(folder, n_per_batch=20, seed=0):
 
 UNEVEN_INPUT = ("--train-subset", "4095", "--global-batch", "64", "--epochs", "1")
 # Tests of what a pipeline feeds train the cheapest model: which samples reach which device, in
-# what order, and the epoch's account do not depend on the model (an epoch of the default resnet
-# takes ~40 s of CPU here, of the mlp a few)
+# what order, and the epoch's account do not depend on the model (one native epoch of
+# tf-mirrored on 2 devices, beside other tests: 64.5 s with the default resnet, 26.9 s with mlp)
 FEED_ONLY = ("--model", "mlp")
 
 

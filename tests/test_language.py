@@ -84,6 +84,18 @@ def test_counts_fitted_to_the_samples_do_not_beat_the_floor_on_new_windows(langu
     assert language.entropy_rate() < later < language.entropy_rate() + 0.1
 
 
+@pytest.mark.parametrize("call,message", [
+    (lambda: MarkovLanguage.from_seed(1, seed=0), "at least 2 tokens"),
+    (lambda: MarkovLanguage.from_seed(8, seed=0, branching=9), "branching must be in 2..8"),
+    (lambda: MarkovLanguage.from_seed(8, seed=0, noise=0.0), "noise must be in"),
+    (lambda: MarkovLanguage.from_seed(8, seed=0, noise=1.5), "noise must be in"),
+    (lambda: MarkovLanguage.from_seed(8, seed=0).windows(4, 1, seed=0), "length >= 2"),
+])
+def test_settings_that_make_no_language_are_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
 def test_windows_are_deterministic_per_seed(language):
     assert np.array_equal(language.windows(50, 9, seed=7), language.windows(50, 9, seed=7))
     assert not np.array_equal(language.windows(50, 9, seed=7), language.windows(50, 9, seed=8))
@@ -114,3 +126,9 @@ def test_bad_text_files_are_one_clear_error(tmp_path, content, message):
     with pytest.raises(DatasetError, match=message) as raised:
         text_windows(path, context=64)
     assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_context_of_no_tokens_is_refused(tmp_path):
+    (tmp_path / "input.txt").write_text("some text")
+    with pytest.raises(ValueError, match="context must be at least 1, got 0"):
+        text_windows(tmp_path / "input.txt", context=0)

@@ -39,8 +39,12 @@ class MarkovLanguage:
     @classmethod
     def from_seed(cls, vocab: int, seed: int, branching: int = 4,
                   noise: float = 0.05) -> MarkovLanguage:
+        if vocab < 2:
+            raise ValueError(f"a language needs at least 2 tokens, got vocabulary {vocab}")
         if not 2 <= branching <= vocab:
             raise ValueError(f"branching must be in 2..{vocab}, got {branching}")
+        if not 0 < noise <= 1:  # 0 would allow a chain with several stationary distributions
+            raise ValueError(f"noise must be in (0, 1], got {noise}")
         rng = np.random.default_rng(seed)
         successors = np.argsort(rng.random((vocab, vocab, vocab)), axis=-1)[..., :branching]
         weights = np.zeros((vocab, vocab, vocab))
@@ -83,6 +87,8 @@ class MarkovLanguage:
     def windows(self, count: int, length: int, seed: int) -> np.ndarray:
         """``count`` independent windows of ``length`` tokens, [count, length] int64: each
         starts from the stationary pair distribution and follows the chain."""
+        if count < 1 or length < 2:
+            raise ValueError(f"windows need count >= 1 and length >= 2, got {count}, {length}")
         rng = np.random.default_rng(seed)
         vocab = self.vocab
         first = rng.choice(vocab * vocab, size=count, p=self.pair_distribution.ravel())
@@ -107,6 +113,8 @@ def text_windows(path: Path, context: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, validation) windows of ``context + 1`` byte tokens from a UTF-8 text file,
     [windows, context + 1] int64 each, consecutive and not overlapping; validation is the last
     VALIDATION_SHARE of them (at least one)."""
+    if context < 1:
+        raise ValueError(f"context must be at least 1, got {context}")
     path = Path(path)
     try:
         raw = path.read_bytes()
