@@ -149,7 +149,9 @@ def _prepare_all(configs: list[RunConfig], stack: ExitStack) -> list[Prepared]:
     firsts: dict[tuple, Prepared] = {}
     prepared = []
     for cfg in configs:
-        key = (cfg.dataset, cfg.data_dir, cfg.model, cfg.seed)  # all that prepare() writes
+        # all that prepare() writes
+        key = (cfg.dataset, cfg.data_dir, cfg.context, cfg.vocab, cfg.train_subset, cfg.model,
+               cfg.seed)
         if key not in firsts:
             firsts[key] = prepare(cfg, Path(stack.enter_context(
                 private_tempdir("parbench-inputs-"))))

@@ -183,9 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check only this framework (repeatable); default: all installed")
     parity.add_argument("--strategies", nargs="*", default=[], metavar="BACKEND",
                         help="also check these parallel backends on 2 devices vs single")
-    parity.add_argument("--model", choices=("resnet", "vit"), default="resnet",
-                        help="the model family: resnet (default: the CNN models, SGD) or vit "
-                        "(the transformer, AdamW with gradient clipping)")
+    parity.add_argument("--model", choices=("resnet", "vit", "gpt"), default="resnet",
+                        help="the model family: resnet (default: the CNN models, SGD), vit "
+                        "(the transformer, AdamW with gradient clipping) or gpt (the causal "
+                        "language model on the synthetic language, AdamW, clipping, "
+                        "warmup-cosine)")
     parity.add_argument("--compile", action="store_true",
                         help="instead: each single backend (and --strategies on 2 devices) "
                         "compiled against eager, 10 steps")

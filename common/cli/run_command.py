@@ -34,9 +34,14 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     add("--config", help="TOML or JSON file with RunConfig keys; options given here win")
     add("--launcher", help="; ".join(f"{b.name}: {' (default) or '.join(b.launchers)}"
                                      for b in BACKENDS.values() if len(b.launchers) > 1))
-    add("--dataset", help="synthetic (default), digits, cifar10, mnist")
-    add("--data-dir", help="folder with the dataset's official files (cifar10, mnist)")
-    add("--model", help="resnet (default), resnet-nonorm, mlp, vit (see parbench.contract.spec)")
+    add("--dataset", help="images: synthetic (default), digits, cifar10, mnist; tokens (--model "
+        "gpt): markov (its default, a synthetic language with a known loss floor), text")
+    add("--data-dir", help="folder with the dataset's official files (cifar10, mnist); "
+        "--dataset text: the UTF-8 text file")
+    add("--model", help="resnet (default), resnet-nonorm, mlp, vit; gpt, a causal language model "
+        "(see parbench.contract.spec)")
+    add("--context", type=int, help="token datasets: tokens each row reads (64)")
+    add("--vocab", type=int, help="--dataset markov: the synthetic language's tokens (64)")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--epochs", type=int, help="training epochs (default 2)")
     budget.add_argument("--steps", type=int, help="training steps instead of epochs")
@@ -44,8 +49,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     batch.add_argument("--global-batch", type=int, help="samples per step, all devices (128)")
     batch.add_argument("--per-device-batch", type=int, help="samples per step per device")
     add("--optimizer", choices=OPTIMIZERS,
-        help="sgd (default: momentum, L2 decay on every tensor) or adamw (decoupled decay on "
-        "matrices and embeddings only); the rules are in parbench.contract.optim")
+        help="sgd (momentum, L2 decay on every tensor; the image models' default) or adamw "
+        "(decoupled decay on matrices and embeddings only; gpt's default); the rules are in "
+        "parbench.contract.optim")
     add("--lr", type=float, help="base learning rate (sgd 0.1, adamw 0.001)")
     add("--lr-scaling", help="none (default) or linear: lr x global_batch / 128")
     add("--momentum", type=float, help="sgd (0.9)")

@@ -1,7 +1,8 @@
-"""Datasets, all as NCHW float32 images with int64 labels, standardised per channel.
+"""Image datasets, all as NCHW float32 images with int64 labels, standardised per channel.
 
 ``synthetic`` (the default) needs no files; ``digits`` is packaged with parbench; ``cifar10`` and
-``mnist`` are read from their official on-disk formats under ``--data-dir``.
+``mnist`` are read from their official on-disk formats under ``--data-dir``. The language
+model's token datasets are in parbench.contract.language, in the same ``Dataset``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ class Dataset:
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
-    num_classes: int
+    num_classes: int  # an image dataset's classes; a token dataset's vocabulary
+    # the lowest expected validation loss any model can reach, in nats, where it is known
+    # (the synthetic language's); not saved: the harness reads it, workers never need it
+    loss_floor: float | None = None
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
+    def input_shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.x_train.shape[1:])
 
     def fingerprint(self) -> str:

@@ -19,8 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import DatasetError
+from .data import Dataset, DatasetError
 
+LANGUAGE_DATASETS = ("markov", "text")
+MARKOV_SEEDS = {"language": 0, "train": 1, "validation": 2}  # fixed, as the synthetic images'
+MARKOV_WINDOWS = {"train": 4096, "validation": 512}
+DEFAULT_CONTEXT, DEFAULT_VOCAB = 64, 64
+TEXT_VOCAB = 256  # bytes
 VALIDATION_SHARE = 0.1  # of a text file's windows, from its end
 STATIONARY_TOLERANCE = 1e-13  # power iteration stops when no pair probability moves more
 
@@ -137,3 +142,35 @@ def text_windows(path: Path, context: int) -> tuple[np.ndarray, np.ndarray]:
     windows = tokens.reshape(count, context + 1)
     held_out = max(1, round(count * VALIDATION_SHARE))
     return windows[:-held_out], windows[-held_out:]
+
+
+def language_dataset(windows_train: np.ndarray, windows_validation: np.ndarray, name: str,
+                     vocab: int, loss_floor: float | None = None) -> Dataset:
+    """Windows as the shared Dataset: a row's input is its first ``context`` tokens, its
+    labels the ``context`` that follow each of them (int64 both)."""
+    return Dataset(name, windows_train[:, :-1], windows_train[:, 1:], windows_validation[:, :-1],
+                   windows_validation[:, 1:], vocab, loss_floor)
+
+
+def load_language(name: str, data_path: Path | None, context: int | None,
+                  vocab: int | None) -> Dataset:
+    """``markov`` (the synthetic language: ``vocab`` tokens, its floor stated) or ``text``
+    (the bytes of the UTF-8 file at ``data_path``), cut into windows of ``context + 1``."""
+    context = DEFAULT_CONTEXT if context is None else context
+    if name == "markov":
+        language = MarkovLanguage.from_seed(DEFAULT_VOCAB if vocab is None else vocab,
+                                            MARKOV_SEEDS["language"])
+        train, validation = (language.windows(MARKOV_WINDOWS[split], context + 1,
+                                              MARKOV_SEEDS[split])
+                             for split in ("train", "validation"))
+        return language_dataset(train, validation, name, language.vocab,
+                                language.loss_floor(context))
+    if name != "text":
+        raise DatasetError(f"unknown token dataset {name!r}; choose one of "
+                           f"{', '.join(LANGUAGE_DATASETS)}")
+    if vocab is not None and vocab != TEXT_VOCAB:
+        raise DatasetError(f"--dataset text has byte tokens: its vocabulary is {TEXT_VOCAB}, "
+                           f"not --vocab {vocab}")
+    if data_path is None:
+        raise DatasetError("--dataset text needs --data-dir: the path of a UTF-8 text file")
+    return language_dataset(*text_windows(data_path, context), name, TEXT_VOCAB)

@@ -28,6 +28,18 @@ Vision transformer (``ViTSpec``), pre-norm:
   This is torch's ``nn.MultiheadAttention`` ``in_proj_weight`` layout.
 * LayerNorm over the width, biased variance, ``eps = norm_eps`` (1e-6: no framework's default,
   so each must set it); the final LayerNorm's class-token row feeds the dense head.
+
+GPT-style causal language model (``GPTSpec``), decoder-only, pre-norm:
+
+* Input: ``[rows, T]`` int64 token ids, ``T <= context``. ``x = token_embedding[ids] +
+  position_embedding[:T]`` (both [rows, width] tables, looked up by index; no scaling).
+* Blocks as the ViT's (same names, same fused qkv layout, exact GELU), except that attention is
+  causal: position i attends to positions 0..i only (the masked scores are -inf before softmax).
+* Final LayerNorm, then the output projection *tied* to the token embedding:
+  ``logits = norm(x) @ token_embedding^T``, no bias: [rows, T, vocab]. One tensor, two uses,
+  one gradient that sums both.
+* LayerNorm ``eps = norm_eps`` = 1e-5 (torch's and Paddle's default, not Keras' 1e-3 nor
+  Flax's 1e-6); no dropout.
 """
 
 from __future__ import annotations
@@ -91,7 +103,28 @@ class ViTSpec:
             raise ValueError(f"vit: {self.heads} heads do not divide the width {self.width}")
 
 
-ModelSpec = ResNetSpec | MLPSpec | ViTSpec
+@dataclass(frozen=True)
+class GPTSpec:
+    vocab: int
+    context: int  # the longest sequence: the position embedding's rows
+    width: int = 64
+    depth: int = 2
+    heads: int = 4
+    mlp_width: int = 256  # 4 x width, as GPT-2
+    norm_eps: float = 1e-5
+    kind: str = "gpt"
+
+    @property
+    def input_shape(self) -> tuple[int]:
+        """One row's input: ``context`` token ids."""
+        return (self.context,)
+
+    def check(self) -> None:
+        if self.width % self.heads:
+            raise ValueError(f"gpt: {self.heads} heads do not divide the width {self.width}")
+
+
+ModelSpec = ResNetSpec | MLPSpec | ViTSpec | GPTSpec
 
 # Named models: the --model choices, each a spec for a dataset's input shape and classes.
 MODELS: dict[str, Callable[[tuple[int, int, int], int], ModelSpec]] = {
@@ -99,6 +132,8 @@ MODELS: dict[str, Callable[[tuple[int, int, int], int], ModelSpec]] = {
     "resnet-nonorm": lambda shape, classes: ResNetSpec(shape, classes, norm=None),
     "mlp": lambda shape, classes: MLPSpec(shape, classes),
     "vit": lambda shape, classes: ViTSpec(shape, classes),
+    # a language model: the input shape is (context,), the classes its vocabulary
+    "gpt": lambda shape, classes: GPTSpec(vocab=classes, context=shape[0]),
 }
 MODEL_NAMES = tuple(MODELS)
 
@@ -109,12 +144,12 @@ def uses_batchnorm(model: str) -> bool:
     return getattr(MODELS[model]((1, 8, 8), 2), "norm", None) is not None
 
 
-def build_spec(model: str, input_shape: tuple[int, int, int], num_classes: int) -> ModelSpec:
+def build_spec(model: str, input_shape: tuple[int, ...], num_classes: int) -> ModelSpec:
     """The spec of a named model for a dataset's input shape and class count."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)}")
     spec = MODELS[model](input_shape, num_classes)
-    if isinstance(spec, ViTSpec):
+    if isinstance(spec, ViTSpec | GPTSpec):
         spec.check()
     return spec
 
@@ -132,6 +167,7 @@ class Role(str, Enum):
     NORM_VAR = "norm_var"
     POSITION_EMBEDDING = "position_embedding"
     CLASS_TOKEN = "class_token"
+    TOKEN_EMBEDDING = "token_embedding"  # a language model's; also its tied output projection
 
 
 @dataclass(frozen=True)
@@ -152,6 +188,7 @@ ROLE_RULES: dict[Role, RoleRule] = {
     Role.NORM_VAR: RoleRule("ones", decay=False, trainable=False),
     Role.POSITION_EMBEDDING: RoleRule("normal_002", decay=True),
     Role.CLASS_TOKEN: RoleRule("normal_002", decay=True),
+    Role.TOKEN_EMBEDDING: RoleRule("normal_002", decay=True),
 }
 
 
@@ -223,13 +260,9 @@ def _resnet_parameters(spec: ResNetSpec) -> dict[str, Param]:
     return params
 
 
-def _vit_parameters(spec: ViTSpec) -> dict[str, Param]:
+def _transformer_blocks(params: dict, spec: ViTSpec | GPTSpec) -> None:
+    """The pre-norm blocks and final LayerNorm the ViT and the GPT share."""
     width = spec.width
-    params = {"patch.weight": Param((width, spec.input_shape[0], spec.patch, spec.patch),
-                                    Role.CONV_WEIGHT),
-              "patch.bias": Param((width,), Role.CONV_BIAS),
-              "class_token": Param((1, 1, width), Role.CLASS_TOKEN),
-              "position_embedding": Param((1, spec.tokens, width), Role.POSITION_EMBEDDING)}
     for i in range(spec.depth):
         _layer_norm(params, f"blocks.{i}.norm1", width)
         _dense(params, f"blocks.{i}.attn.qkv", width, 3 * width)
@@ -238,7 +271,25 @@ def _vit_parameters(spec: ViTSpec) -> dict[str, Param]:
         _dense(params, f"blocks.{i}.mlp.fc1", width, spec.mlp_width)
         _dense(params, f"blocks.{i}.mlp.fc2", spec.mlp_width, width)
     _layer_norm(params, "norm", width)
+
+
+def _vit_parameters(spec: ViTSpec) -> dict[str, Param]:
+    width = spec.width
+    params = {"patch.weight": Param((width, spec.input_shape[0], spec.patch, spec.patch),
+                                    Role.CONV_WEIGHT),
+              "patch.bias": Param((width,), Role.CONV_BIAS),
+              "class_token": Param((1, 1, width), Role.CLASS_TOKEN),
+              "position_embedding": Param((1, spec.tokens, width), Role.POSITION_EMBEDDING)}
+    _transformer_blocks(params, spec)
     _dense(params, "head", width, spec.num_classes)
+    return params
+
+
+def _gpt_parameters(spec: GPTSpec) -> dict[str, Param]:
+    """No head: the output projection is the token embedding (tied)."""
+    params = {"token_embedding": Param((spec.vocab, spec.width), Role.TOKEN_EMBEDDING),
+              "position_embedding": Param((spec.context, spec.width), Role.POSITION_EMBEDDING)}
+    _transformer_blocks(params, spec)
     return params
 
 
@@ -255,6 +306,7 @@ KINDS: dict[str, ModelKind] = {
     "resnet": ModelKind(ResNetSpec, _resnet_parameters, ("stage_channels", "stage_strides")),
     "mlp": ModelKind(MLPSpec, _mlp_parameters, ("hidden",)),
     "vit": ModelKind(ViTSpec, _vit_parameters, ()),
+    "gpt": ModelKind(GPTSpec, _gpt_parameters, ()),
 }
 
 
@@ -291,7 +343,8 @@ def spec_from_dict(data: dict) -> ModelSpec:
     """Inverse of spec_dict (job files carry the spec as JSON)."""
     data = dict(data)
     kind = kind_of(data["kind"])
-    data["input_shape"] = tuple(data["input_shape"])
+    if "input_shape" in data:  # a field of the image models; the GPT's is a property
+        data["input_shape"] = tuple(data["input_shape"])
     for name in kind.tuples:
         data[name] = tuple(data[name])
     if data.get("norm") is not None:

@@ -7,8 +7,9 @@ scored and how its counts are summed across ranks (each rank scores its part of 
 the counts are all-reduced, then the scores are computed from the sums, so N ranks score
 exactly what one would), what a step's throughput counts, and which metrics the report shows.
 
-Image classification is the one task today; a language model is the next (its windows of
-tokens would count tokens per second and score perplexity).
+Two tasks: image classification, and causal language modelling (windows of tokens, each
+position predicting the next token; throughput counts tokens, evaluation scores loss per
+token, perplexity and next-token accuracy).
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from typing import ClassVar
 import numpy as np
 
 from .data import DATASET_NAMES
+from .language import LANGUAGE_DATASETS
 from .spec import MODEL_NAMES, ModelSpec, build_spec
+
+LANGUAGE_MODELS = ("gpt",)
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,19 @@ class Task(ABC):
     # each evaluation of the curve keeps
     final_fields: ClassVar[tuple[str, ...]]
     curve_fields: ClassVar[tuple[str, ...]]
+    default_dataset: ClassVar[str]  # what --dataset is when only --model is given
+    default_optimizer: ClassVar[str]  # and --optimizer
+
+    @classmethod
+    def of(cls, classes: int, input_shape: tuple[int, ...],
+           loss_floor: float | None = None) -> Task:
+        """The task for a dataset of ``classes`` classes and rows of ``input_shape``;
+        ``loss_floor``: the data's lowest reachable loss, where known."""
+        return cls(classes)
+
+    def extra_metrics(self, final: dict) -> dict:
+        """What the record's metrics add to the final evaluation's figures: nothing here."""
+        return {}
 
     @abstractmethod
     def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
@@ -89,7 +106,7 @@ class ImageClassification(Task):
 
     name: ClassVar[str] = "image-classification"
     datasets: ClassVar[tuple[str, ...]] = DATASET_NAMES
-    models: ClassVar[tuple[str, ...]] = MODEL_NAMES
+    models: ClassVar[tuple[str, ...]] = tuple(m for m in MODEL_NAMES if m not in LANGUAGE_MODELS)
     inputs: ClassVar[str] = "images, NCHW float32"
     labels: ClassVar[str] = "class indices, int64"
     loss: ClassVar[str] = "softmax cross-entropy of the logits against the class, mean over rows"
@@ -105,6 +122,8 @@ class ImageClassification(Task):
                                                "confusion_matrix")
     curve_fields: ClassVar[tuple[str, ...]] = ("precision_macro", "recall_macro", "f1_macro")
     probe_input: ClassVar[tuple[int, ...]] = (3, 16, 16)
+    default_dataset: ClassVar[str] = "synthetic"
+    default_optimizer: ClassVar[str] = "sgd"
 
     def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
         return build_spec(model, input_shape, self.classes)
@@ -126,7 +145,77 @@ class ImageClassification(Task):
                 "confusion_matrix": confusion.tolist()}
 
 
-TASKS: dict[str, type[Task]] = {task.name: task for task in (ImageClassification,)}
+@dataclass(frozen=True)
+class LanguageModeling(Task):
+    """Causal language modelling over a vocabulary of ``classes`` tokens, rows of ``context``
+    positions. Inputs: int64 token ids [rows, context]; labels: the next token at every
+    position, int64 [rows, context]; a model's output: one logit per vocabulary entry at every
+    position; the loss: softmax cross-entropy at every position, the mean over rows and
+    positions (each row has ``context`` of them, so N ranks' mean of means is the global one);
+    evaluation: the predicted next token at every position (the arg max), scored by counts of
+    right tokens, tokens and the summed loss, so loss per token, perplexity and accuracy come
+    from the sums across ranks."""
+
+    context: int = 1
+    loss_floor: float | None = None  # nats per token, where the data's is known
+    name: ClassVar[str] = "language-modeling"
+    datasets: ClassVar[tuple[str, ...]] = LANGUAGE_DATASETS
+    models: ClassVar[tuple[str, ...]] = LANGUAGE_MODELS
+    inputs: ClassVar[str] = "token ids, int64 [rows, context]"
+    labels: ClassVar[str] = "the next token at every position, int64 [rows, context]"
+    loss: ClassVar[str] = ("softmax cross-entropy of every position's logits against its next "
+                           "token, mean over rows and positions")
+    unit: ClassVar[str] = "tokens"
+    quality_columns: ClassVar[dict[str, str]] = {
+        "val loss": "final_loss", "loss floor": "loss_floor", "gap to floor": "floor_gap",
+        "perplexity": "perplexity", "next-token acc.": "final_accuracy"}
+    quality_note: ClassVar[str] = (
+        "val loss: mean cross-entropy per validation token, nats; perplexity: its exp; loss "
+        "floor: the lowest expected loss any model can reach on the data (computed exactly for "
+        "the synthetic Markov language, unknown for a text file); gap: val loss - floor.")
+    final_fields: ClassVar[tuple[str, ...]] = ("perplexity", "tokens")
+    curve_fields: ClassVar[tuple[str, ...]] = ("perplexity",)
+    probe_input: ClassVar[tuple[int, ...]] = (16,)
+    default_dataset: ClassVar[str] = "markov"
+    default_optimizer: ClassVar[str] = "adamw"
+
+    @classmethod
+    def of(cls, classes: int, input_shape: tuple[int, ...],
+           loss_floor: float | None = None) -> LanguageModeling:
+        return cls(classes, input_shape[0], loss_floor)
+
+    def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
+        return build_spec(model, input_shape, self.classes)
+
+    def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.integers(0, self.classes, (rows, *self.probe_input), dtype=np.int64)
+
+    def items(self, rows: int) -> int:
+        """Tokens: every row predicts ``context`` of them."""
+        return rows * self.context
+
+    def eval_counts(self, labels: np.ndarray, outputs: np.ndarray,
+                    loss_sum: float) -> np.ndarray:
+        """Right tokens, tokens, rows, then the loss summed over every token."""
+        labels = np.asarray(labels)
+        right = np.count_nonzero(labels == np.asarray(outputs))
+        return np.array([right, labels.size, len(labels), loss_sum], np.float64)
+
+    def eval_scores(self, totals: np.ndarray) -> dict:
+        right, tokens, rows, loss_sum = totals
+        loss = float(loss_sum) / tokens
+        return {"accuracy": float(right) / tokens, "loss": loss, "count": int(round(rows)),
+                "tokens": int(round(tokens)), "perplexity": float(np.exp(min(loss, 700.0)))}
+
+    def extra_metrics(self, final: dict) -> dict:
+        """The floor beside the final validation loss, and the gap between them."""
+        if self.loss_floor is None:
+            return {"loss_floor": None, "floor_gap": None}
+        return {"loss_floor": self.loss_floor, "floor_gap": final["loss"] - self.loss_floor}
+
+
+TASKS: dict[str, type[Task]] = {task.name: task
+                                for task in (ImageClassification, LanguageModeling)}
 
 
 def task_of_model(model: str) -> type[Task]:

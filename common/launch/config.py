@@ -14,19 +14,22 @@ from typing import get_args, get_type_hints
 from parbench.base.devices import cpu_count, gpu_count
 from parbench.base.errors import Unavailable, UsageError
 from parbench.contract.data import DATASET_NAMES, NEEDS_DATA_DIR
+from parbench.contract.language import LANGUAGE_DATASETS
 from parbench.contract.optim import OPTIMIZERS, SCHEDULES, OptimizerSpec, scaled_lr
 from parbench.contract.spec import MODEL_NAMES, uses_batchnorm
-from parbench.contract.tasks import task_of_dataset, task_of_model
+from parbench.contract.tasks import TASKS, task_of_dataset, task_of_model
 from parbench.run.modes import MODES, Modes, input_problem, refusal
 from parbench.run.registry import BACKENDS, Backend
 
 from .bounds import (
     ACCURACY,
     AT_LEAST_ONE,
+    CONTEXT,
     NON_NEGATIVE,
     POSITIVE,
     SEED,
     UNIT_INTERVAL,
+    VOCABULARY,
     bounded,
     problems,
 )
@@ -34,6 +37,8 @@ from .netns import private_network_unavailable
 from .nodes import Nodes, NodesError, resolve_nodes
 
 ISOLATION_CHOICES = ("auto", "on", "off")
+DATASETS = (*DATASET_NAMES, *LANGUAGE_DATASETS)
+NEEDS_DATA_FILE = ("text",)  # --data-dir is the file itself
 
 
 # What an optimizer option means when not given; an option of the other optimizer is an error.
@@ -48,14 +53,17 @@ class RunConfig:
     backend: str = next(iter(BACKENDS))  # the registry's first framework's single backend
     devices: int | None = bounded(None, AT_LEAST_ONE)  # default: 2 if parallel, else 1
     launcher: str | None = None  # default: the backend's first launcher
-    dataset: str = "synthetic"
-    data_dir: str | None = None
+    dataset: str | None = None  # default: the model's task's (synthetic; markov for gpt)
+    data_dir: str | None = None  # a dataset's folder; --dataset text: the text file
     model: str = "resnet"
+    context: int | None = bounded(None, CONTEXT)  # token datasets: tokens a row reads (64)
+    vocab: int | None = bounded(None, VOCABULARY)  # --dataset markov: its tokens (64)
     epochs: int | None = bounded(None, AT_LEAST_ONE)  # default 2 when neither is given
     steps: int | None = bounded(None, AT_LEAST_ONE)
     global_batch: int | None = bounded(None, POSITIVE)  # default 128 when neither is given
     per_device_batch: int | None = bounded(None, POSITIVE)
-    optimizer: str = "sgd"  # sgd | adamw (see parbench.contract.optim)
+    optimizer: str | None = None  # sgd | adamw (see parbench.contract.optim); default: the
+    # model's task's (sgd for the image models, adamw for gpt)
     lr: float | None = bounded(None, POSITIVE)  # default: OPTIMIZER_DEFAULTS
     lr_scaling: str = "none"  # none | linear (lr * global_batch / 128)
     momentum: float | None = bounded(None, UNIT_INTERVAL)  # sgd (0.9)
@@ -82,6 +90,14 @@ class RunConfig:
     master: str | None = None  # HOST:PORT of node 0: the rendezvous; PORT+1 parbench's check-in
     ifname: str | None = None  # the collectives' interface (default lo for a loopback master)
     join_timeout: float = bounded(300.0, POSITIVE)  # seconds nodes wait for each other
+
+    def __post_init__(self) -> None:
+        """What is not given takes the default of the model's task (an unknown model is
+        refused later, by resolve)."""
+        task = next((t for t in TASKS.values() if self.model in t.models), None)
+        if task is not None:
+            self.dataset = task.default_dataset if self.dataset is None else self.dataset
+            self.optimizer = task.default_optimizer if self.optimizer is None else self.optimizer
 
     @classmethod
     def of(cls, **values) -> RunConfig:
@@ -191,7 +207,7 @@ def _batches(cfg: RunConfig, world: int, devices_text: str) -> tuple[int, int, s
 
 
 def _check_choices(cfg: RunConfig) -> None:
-    for value, choices, option in ((cfg.dataset, DATASET_NAMES, "--dataset"),
+    for value, choices, option in ((cfg.dataset, DATASETS, "--dataset"),
                                    (cfg.model, MODEL_NAMES, "--model"),
                                    (cfg.schedule, SCHEDULES, "--schedule"),
                                    (cfg.lr_scaling, ("none", "linear"), "--lr-scaling"),
@@ -204,12 +220,28 @@ def _check_choices(cfg: RunConfig) -> None:
     if task is not task_of_dataset(cfg.dataset):
         raise UsageError(f"--model {cfg.model} is a {task.name} model; --dataset {cfg.dataset} "
                          f"is not {task.name} data (its datasets: {', '.join(task.datasets)})")
-    if cfg.dataset in NEEDS_DATA_DIR and cfg.data_dir is None:
-        raise UsageError(f"--dataset {cfg.dataset} needs --data-dir")
-    if cfg.data_dir is not None and not os.path.isdir(cfg.data_dir):
-        raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory")
+    _check_data_options(cfg)
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
+
+
+def _check_data_options(cfg: RunConfig) -> None:
+    if cfg.dataset in NEEDS_DATA_FILE:
+        if cfg.data_dir is None:
+            raise UsageError(f"--dataset {cfg.dataset} needs --data-dir PATH: a UTF-8 text file")
+        if not os.path.isfile(cfg.data_dir):
+            raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a file")
+    elif cfg.dataset in NEEDS_DATA_DIR and cfg.data_dir is None:
+        raise UsageError(f"--dataset {cfg.dataset} needs --data-dir")
+    elif cfg.data_dir is not None and not os.path.isdir(cfg.data_dir):
+        raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory")
+    for option in ("context", "vocab"):
+        if getattr(cfg, option) is not None and cfg.dataset not in LANGUAGE_DATASETS:
+            raise UsageError(f"--{option} is an option of the token datasets "
+                             f"({', '.join(LANGUAGE_DATASETS)}), not of --dataset {cfg.dataset}")
+    if cfg.vocab is not None and cfg.dataset == "text":
+        raise UsageError(f"--vocab is the synthetic language's; --dataset text has byte tokens "
+                         f"(vocabulary 256)")
 
 
 def _isolation(choice: str, nodes: Nodes | None) -> bool:
@@ -263,7 +295,7 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     steps, epochs = cfg.steps, None if cfg.steps is not None else (cfg.epochs or 2)
     if train_size is not None and train_size < global_batch:
         raise UsageError(f"global batch {global_batch} exceeds the {train_size} training "
-                         "samples")
+                         f"rows of --dataset {cfg.dataset}")
     if steps is None and train_size is not None:
         steps = epochs * (train_size // global_batch)
     if steps is not None and steps < 1:

@@ -17,6 +17,7 @@ from parbench.base.files import private_tempdir
 from parbench.base.ports import free_port
 from parbench.contract.batches import steps_per_epoch
 from parbench.contract.data import Dataset, DatasetError, load_dataset
+from parbench.contract.language import LANGUAGE_DATASETS, load_language
 from parbench.contract.spec import ModelSpec, sha256_of, spec_dict
 from parbench.contract.tasks import Task, task_of_model
 from parbench.contract.weights import initial_weights, save_weights
@@ -84,14 +85,12 @@ def run_variant(plan: Plan) -> dict:
 def prepare(cfg: RunConfig, shared: Path) -> Prepared:
     """Check ``cfg`` (UsageError on bad input) and write data and weights into ``shared``."""
     resolve(cfg)  # cheap checks first: no dataset is loaded for a bad backend name
-    try:
-        dataset = load_dataset(cfg.dataset, Path(cfg.data_dir) if cfg.data_dir else None)
-    except DatasetError as err:
-        raise UsageError(str(err)) from None
+    dataset = load_data(cfg)
     if cfg.train_subset is not None:
         dataset = _train_subset(dataset, cfg.train_subset)
     plan = resolve(cfg, len(dataset.y_train))
-    task = task_of_model(cfg.model)(dataset.num_classes)
+    task = task_of_model(cfg.model).of(dataset.num_classes, dataset.input_shape,
+                                       dataset.loss_floor)
     try:  # e.g. a vit patch that does not divide the dataset's images
         spec = task.spec_for(cfg.model, dataset.input_shape)
     except ValueError as err:
@@ -100,6 +99,17 @@ def prepare(cfg: RunConfig, shared: Path) -> Prepared:
     dataset.save(shared / "data")
     save_weights(shared / "weights.npz", initial_weights(spec, cfg.seed))
     return Prepared(cfg, plan, dataset, task, spec, spec_hash(spec, dataset, plan, cfg), shared)
+
+
+def load_data(cfg: RunConfig) -> Dataset:
+    """The run's dataset, images or token windows; a file that cannot be read is a UsageError."""
+    data_dir = Path(cfg.data_dir) if cfg.data_dir else None
+    try:
+        if cfg.dataset in LANGUAGE_DATASETS:
+            return load_language(cfg.dataset, data_dir, cfg.context, cfg.vocab)
+        return load_dataset(cfg.dataset, data_dir)
+    except DatasetError as err:
+        raise UsageError(str(err)) from None
 
 
 def _train_subset(dataset: Dataset, rows: int) -> Dataset:

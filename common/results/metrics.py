@@ -51,6 +51,7 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
         "accuracy_curve": [{k: e[k] for k in ("step", "accuracy", "loss", "train_s",
                                               *task.curve_fields) if k in e} for e in evals],
         **{k: evals[-1][k] for k in task.final_fields},
+        **task.extra_metrics(evals[-1]),
         "compute_dtype": observed.get("compute_dtype"),
         "compiled_graphs": None if None in graphs else max(graphs, default=None),
         "sync_bn_layers": observed.get("sync_bn_layers", 0),

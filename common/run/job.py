@@ -51,7 +51,7 @@ class Job:
 
     @property
     def task(self) -> Task:
-        return TASKS[self.task_name](self.num_classes)
+        return TASKS[self.task_name].of(self.num_classes, self.spec.input_shape)
 
     @property
     def spec(self) -> ModelSpec:

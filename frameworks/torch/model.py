@@ -15,6 +15,7 @@ from torch import nn
 
 from parbench.contract.spec import MLPSpec, ModelSpec, ResNetSpec, kind_of, resnet_blocks
 
+from .gpt import GPT
 from .vit import ViT
 
 
@@ -74,7 +75,7 @@ class MLP(nn.Module):
 
 # One builder per model kind (parbench.spec.KINDS); a kind missing here is an error.
 BUILDERS: dict[str, Callable[[ModelSpec], nn.Module]] = {"resnet": ResNet, "mlp": MLP,
-                                                        "vit": ViT}
+                                                        "vit": ViT, "gpt": GPT}
 
 
 def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Module:
@@ -96,13 +97,16 @@ def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Module:
 def first_layer(model: nn.Module) -> nn.Module:
     """The layer whose output dtype shows the precision a run computes in: the stem conv of the
     resnet, the patch conv of the ViT, the first Linear of the MLP (its head when it has no
-    hidden layer)."""
+    hidden layer), the first block's qkv projection of the GPT (an embedding lookup is not
+    autocast: it returns its table's dtype)."""
     if isinstance(model, ResNet):
         return model.stem.conv
     if isinstance(model, ViT):
         return model.patch
     if isinstance(model, MLP):
         return model.hidden[0] if len(model.hidden) else model.head
+    if isinstance(model, GPT):
+        return model.blocks[0].attn.qkv
     raise TypeError(f"no first layer known for {type(model).__name__}")
 
 

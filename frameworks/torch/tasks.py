@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from parbench.contract.tasks import ImageClassification, Task
+from parbench.contract.tasks import ImageClassification, LanguageModeling, Task
 
 
 class TaskLoss(Protocol):
@@ -35,7 +35,24 @@ class ImageClassificationLoss:
         return outputs.argmax(1).cpu().numpy(), loss_sum
 
 
-TASK_LOSSES: dict[str, type[TaskLoss]] = {ImageClassification.name: ImageClassificationLoss}
+class LanguageModelingLoss:
+    """Softmax cross-entropy at every position against its next token, the mean over rows and
+    positions; evaluation scores the predicted next token at every position
+    (LanguageModeling.loss). cross_entropy wants the classes in dimension 1, so the positions
+    are flattened into rows: [rows * T, vocab] against [rows * T]."""
+
+    def mean_loss(self, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(outputs.flatten(0, 1), labels.flatten())
+
+    def evaluation(self, outputs: torch.Tensor,
+                   labels: torch.Tensor) -> tuple[np.ndarray, float]:
+        loss_sum = F.cross_entropy(outputs.flatten(0, 1), labels.flatten(),
+                                   reduction="sum").item()
+        return outputs.argmax(-1).cpu().numpy(), loss_sum
+
+
+TASK_LOSSES: dict[str, type[TaskLoss]] = {ImageClassification.name: ImageClassificationLoss,
+                                          LanguageModeling.name: LanguageModelingLoss}
 
 
 def loss_for(task: Task) -> TaskLoss:
