@@ -31,7 +31,7 @@ def test_every_role_has_a_rule_and_decay_spares_norms_and_biases():
     assert set(ROLE_RULES) == set(Role)
     decaying = {role for role, rule in ROLE_RULES.items() if rule.decay}
     assert decaying == {Role.CONV_WEIGHT, Role.DENSE_WEIGHT, Role.POSITION_EMBEDDING,
-                        Role.CLASS_TOKEN}
+                        Role.CLASS_TOKEN, Role.TOKEN_EMBEDDING}
     assert {r for r, rule in ROLE_RULES.items() if not rule.trainable} == {Role.NORM_MEAN,
                                                                             Role.NORM_VAR}
 
@@ -80,7 +80,7 @@ def test_an_unknown_model_kind_is_an_error_not_another_model():
         spec_from_dict({**spec, "kind": "transformer"})
     with pytest.raises(ValueError, match="unknown model kind"):
         kind_of("transformer")
-    assert set(KINDS) == {"resnet", "mlp", "vit"}
+    assert set(KINDS) == {"resnet", "mlp", "vit", "gpt"}
 
 
 def test_adamw_reference_is_the_rule_written_out():

@@ -52,6 +52,10 @@ class Task(ABC):
     curve_fields: ClassVar[tuple[str, ...]]
     default_dataset: ClassVar[str]  # what --dataset is when only --model is given
     default_optimizer: ClassVar[str]  # and --optimizer
+    # the evaluation curve the report plots: (key of each evaluation, axis label), and whether
+    # its x axis counts the throughput unit seen (tokens) instead of steps
+    curve_metric: ClassVar[tuple[str, str]]
+    curve_by_items: ClassVar[bool]
 
     @classmethod
     def of(cls, classes: int, input_shape: tuple[int, ...],
@@ -124,6 +128,8 @@ class ImageClassification(Task):
     probe_input: ClassVar[tuple[int, ...]] = (3, 16, 16)
     default_dataset: ClassVar[str] = "synthetic"
     default_optimizer: ClassVar[str] = "sgd"
+    curve_metric: ClassVar[tuple[str, str]] = ("accuracy", "test accuracy")
+    curve_by_items: ClassVar[bool] = False
 
     def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
         return build_spec(model, input_shape, self.classes)
@@ -178,6 +184,8 @@ class LanguageModeling(Task):
     probe_input: ClassVar[tuple[int, ...]] = (16,)
     default_dataset: ClassVar[str] = "markov"
     default_optimizer: ClassVar[str] = "adamw"
+    curve_metric: ClassVar[tuple[str, str]] = ("loss", "validation loss, nats")
+    curve_by_items: ClassVar[bool] = True
 
     @classmethod
     def of(cls, classes: int, input_shape: tuple[int, ...],

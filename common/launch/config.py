@@ -207,8 +207,9 @@ def _batches(cfg: RunConfig, world: int, devices_text: str) -> tuple[int, int, s
 
 
 def _check_choices(cfg: RunConfig) -> None:
-    for value, choices, option in ((cfg.dataset, DATASETS, "--dataset"),
-                                   (cfg.model, MODEL_NAMES, "--model"),
+    # the model first: an unknown one leaves the dataset and optimizer without a default
+    for value, choices, option in ((cfg.model, MODEL_NAMES, "--model"),
+                                   (cfg.dataset, DATASETS, "--dataset"),
                                    (cfg.schedule, SCHEDULES, "--schedule"),
                                    (cfg.lr_scaling, ("none", "linear"), "--lr-scaling"),
                                    (cfg.isolate_network, ISOLATION_CHOICES,

@@ -267,7 +267,7 @@ def _record(prepared: Prepared, repeat: int, run: Execution) -> dict:
         "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling,
         "steps": len(logs[0].step_s) if run.status == "ok" else plan.total_steps,
         "optimizer": plan.optimizer.as_dict(), "dataset": cfg.dataset,
-        "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": cfg.as_dict(),
+        "task": prepared.task.name, "model": cfg.model, "spec_sha256": prepared.spec_sha256, "config": cfg.as_dict(),
         "variant": run_variant(plan), "modes": plan.modes.as_dict(), "metrics": metrics,
         "env": {**machine_env(plan.threads), **framework_env, **extra,
                 "network_isolated": plan.isolate_network, "allocator": allocator_env(),

@@ -39,6 +39,7 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
     graphs = [log.observed.get("compiled_graphs") for log in logs if log.observed]
     return {
         "throughput": task.items(global_batch) / (timing["median"] / 1000),
+        "items_per_step": task.items(global_batch),
         "step_time_ms": timing,
         "steady_steps": int(len(steady)),
         "startup_s": max(log.first_step_start for log in logs) - launch_time,

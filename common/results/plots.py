@@ -25,6 +25,8 @@ from matplotlib.ticker import MaxNLocator
 from .rows import throughput_column
 
 if TYPE_CHECKING:  # types only
+    from parbench.contract.tasks import Task
+
     from .rows import Group, Row
 
 WIDTH = 13.0  # inches at 100 dpi: 1300 px, inside a 1400-px window with the page's margins
@@ -112,12 +114,22 @@ def _throughput(rows: list[Row]) -> Figure:
     return fig
 
 
+def _curve_x(task: type[Task], metrics: dict, steps: list[int]) -> list[float]:
+    """The evaluation curve's x: steps, or the task's unit seen by then (tokens)."""
+    per_step = metrics.get("items_per_step") if task.curve_by_items else None
+    return [step * per_step for step in steps] if per_step else steps
+
+
 def _curves(rows: list[Row]) -> Figure:
-    """Loss (top) and accuracy (bottom) per framework; colour per backend, line style per
-    device count, earlier rows drawn wider so that curves of the same computation, which lie
-    on each other, all stay visible; the legend under each framework's column."""
+    """Training loss (top) and the task's evaluation curve (bottom: test accuracy, or a
+    language model's validation loss; both against tokens seen for it) per framework; colour per backend,
+    line style per device count, earlier rows drawn wider so that curves of the same
+    computation, which lie on each other, all stay visible; the legend under each framework's
+    column."""
     frameworks = _by_framework(rows)
     devices = sorted({row.devices for row in rows})
+    task = rows[0].task
+    key, label = task.curve_metric
     fig, axes = _figure(7.5, rows=2, widths=[1] * len(frameworks), sharex="col")
     for (loss, accuracy), (framework, of) in zip(axes.T, frameworks.items()):
         series = _series(of)
@@ -125,19 +137,20 @@ def _curves(rows: list[Row]) -> Figure:
             style = {"color": f"C{series.index(row.series)}", "label": row.label,
                      "linestyle": LINESTYLES[devices.index(row.devices) % len(LINESTYLES)],
                      "linewidth": 1.2 + 3 * (1 - of.index(row) / len(of))}
+            longest = max(row.metrics, key=lambda m: len(m["accuracy_curve"]))
             curve = row.per_position(lambda m: m["loss_curve"])
-            loss.plot(range(1, len(curve) + 1), curve, **style)
-            evals = max((m["accuracy_curve"] for m in row.metrics), key=len)
-            points = row.per_position(lambda m: [e["accuracy"] for e in m["accuracy_curve"]])
-            accuracy.plot([e["step"] for e in evals], points, marker="o", markersize=3,
+            loss.plot(_curve_x(task, longest, list(range(1, len(curve) + 1))), curve, **style)
+            points = row.per_position(lambda m: [e[key] for e in m["accuracy_curve"]])
+            steps = [e["step"] for e in longest["accuracy_curve"]]
+            accuracy.plot(_curve_x(task, longest, steps), points, marker="o", markersize=3,
                           **style)
         loss.set_title(framework)
-        accuracy.set_xlabel("step")
+        accuracy.set_xlabel(f"{task.unit} seen" if task.curve_by_items else "step")
         accuracy.xaxis.set_major_locator(MaxNLocator(integer=True))
         accuracy.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2,
                         fontsize="small", frameon=False)
     axes[0][0].set_ylabel("training loss (median over repeats)")
-    axes[1][0].set_ylabel("test accuracy (median over repeats)")
+    axes[1][0].set_ylabel(f"{label} (median over repeats)")
     return fig
 
 
@@ -223,7 +236,7 @@ FIGURES: tuple[tuple[str, str, str, Callable[[list[Row]], Figure | None]], ...] 
     ("throughput", "Performance", "Throughput per backend and device count", _throughput),
     ("step-time", "Performance", "Step time distribution", _step_times),
     ("memory", "Accuracy and memory", "Peak memory per rank and per device", _memory),
-    ("curves", "Accuracy and memory", "Training loss and test accuracy", _curves),
+    ("curves", "Accuracy and memory", "Training loss and evaluation curve", _curves),
     ("confusion", "Accuracy and memory", "Confusion matrix of the final evaluation",
      _confusion),
 )

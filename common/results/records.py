@@ -12,19 +12,23 @@ import jsonschema
 from parbench.base.errors import UsageError
 from parbench.base.files import write_atomic
 from parbench.contract.spec import sha256_of
+from parbench.contract.tasks import TASKS
 from parbench.run.modes import modes_schema
 from parbench.run.profiling import SUFFIX
 from parbench.run.registry import FRAMEWORKS
 
-SCHEMA_VERSION = 6  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+SCHEMA_VERSION = 7  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
 # 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix;
 # 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits);
 # 5: nnodes, node_rank (the writer), hosts (per rank), metrics.nodes (step time per node);
-# 6: status diverged, with diverged (the step, rank and loss where training stopped).
+# 6: status diverged, with diverged (the step, rank and loss where training stopped);
+# 7: task (image-classification or language-modeling), metrics.items_per_step; a language
+# model's metrics carry perplexity, tokens, loss_floor and floor_gap instead of macro scores.
 # Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
 # from the contract's arrays).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
 SCHEMA["properties"]["framework"] = {"enum": list(FRAMEWORKS)}  # the registry's, not a copy
+SCHEMA["properties"]["task"] = {"enum": list(TASKS)}
 SCHEMA["properties"]["modes"], _MODE_RULES = modes_schema(SCHEMA_VERSION)  # from MODES
 SCHEMA["allOf"] += _MODE_RULES
 STATUSES = ("ok", "failed", "timeout", "diverged")

@@ -1,9 +1,10 @@
 """The spec's models as pure JAX functions over the canonical weights (no flax, no optax).
 
-The ResNet and the MLP are here, the vision transformer in vit.py, both built on the shared
-layers of layers.py (canonical layouts, NCHW activations, no transposes, ``PRECISION``);
-``FORWARDS`` picks one by ``spec.kind``. ``loss_fn`` and ``evaluate`` put a forward in front of
-the run's task (tasks.py: the loss and the evaluation's outputs, written once per task).
+The ResNet and the MLP are here, the vision transformer in vit.py and the causal language model
+in gpt.py (on the ViT's blocks), all built on the shared layers of layers.py (canonical layouts,
+NCHW activations, no transposes, ``PRECISION``); ``FORWARDS`` picks one by ``spec.kind``.
+``loss_fn`` and ``evaluate`` put a forward in front of the run's task (tasks.py: the loss and the
+evaluation's outputs, written once per task).
 
 Being functional, a model keeps no state: BatchNorm's running statistics (``Stats``) are an
 input of ``apply`` and, in training mode, an output, the updated values (torch's convention,
@@ -32,7 +33,7 @@ from parbench.contract.spec import (
 )
 from parbench.contract.weights import check_weights
 
-from . import vit
+from . import gpt, vit
 from .layers import Params, Stats, conv2d, dense
 from .tasks import TaskLoss
 
@@ -127,9 +128,14 @@ def _vit(spec, params: Params, stats: Stats, x: jax.Array, train: bool,
     return vit.apply(spec, params, x), stats  # no BatchNorm, dropout 0: train changes nothing
 
 
+def _gpt(spec, params: Params, stats: Stats, x: jax.Array, train: bool,
+         sync_axis: str | None) -> tuple[jax.Array, Stats]:
+    return gpt.apply(spec, params, x), stats  # x: token ids; as the ViT, train changes nothing
+
+
 # One forward per model kind (parbench.spec.KINDS); a kind missing here is an error.
 FORWARDS: dict[str, Callable[..., tuple[jax.Array, Stats]]] = {
-    "resnet": _resnet, "mlp": _mlp, "vit": _vit}
+    "resnet": _resnet, "mlp": _mlp, "vit": _vit, "gpt": _gpt}
 
 
 def _forward(spec: ModelSpec) -> Callable[..., tuple[jax.Array, Stats]]:
@@ -141,10 +147,11 @@ def _forward(spec: ModelSpec) -> Callable[..., tuple[jax.Array, Stats]]:
 
 def apply(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, train: bool,
           sync_axis: str | None = None) -> tuple[jax.Array, Stats]:
-    """Logits of the NCHW batch ``x`` and the running statistics after the pass: updated in
-    training mode, ``stats`` itself in inference mode. ``sync_axis``: the name of a pmap /
-    shard_map axis over which BatchNorm takes its batch statistics (synchronized BatchNorm);
-    None: each caller's rows alone."""
+    """Logits of the batch ``x`` (NCHW images -> [rows, classes]; [rows, T] token ids -> [rows,
+    T, vocab]) and the running statistics after the pass: updated in training mode, ``stats``
+    itself in inference mode. ``sync_axis``: the name of a pmap / shard_map axis over which
+    BatchNorm takes its batch statistics (synchronized BatchNorm); None: each caller's rows
+    alone."""
     return _forward(spec)(spec, params, stats, x, train, sync_axis)
 
 
@@ -182,7 +189,8 @@ def loss_fn(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.
             train: bool = True, sync_axis: str | None = None, *,
             task: TaskLoss) -> tuple[jax.Array, Stats]:
     """(the task's mean loss over the rows given, statistics after the pass): for image
-    classification the mean cross-entropy, what torch's ``CrossEntropyLoss`` computes; the
+    classification the mean cross-entropy, what torch's ``CrossEntropyLoss`` computes, for
+    language modelling its mean over rows and positions; the
     statistics are ``jax.value_and_grad``'s aux; ``task`` is the run's (tasks.loss_for).
 
     Its gradient inside a data-parallel map (measured, 2 CPU devices, jax 0.10.2): under
@@ -197,7 +205,8 @@ def loss_fn(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.
 def evaluate(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.Array, *,
              task: TaskLoss) -> tuple[jax.Array, jax.Array]:
     """The task's evaluation outputs in inference mode (image classification: the predicted
-    class of each row, the summed cross-entropy); jit-able, the caller takes them to the
-    host."""
+    class of each row, the summed cross-entropy; language modelling: the predicted next token
+    at every position, the cross-entropy summed over all of them); jit-able, the caller takes
+    them to the host."""
     outputs, _ = apply(spec, params, stats, x, train=False)
     return task.evaluation(outputs, y)

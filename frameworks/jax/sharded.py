@@ -116,8 +116,9 @@ def per_block_loss(loss_of: LossOf, params: Params, stats: Stats, x: jax.Array,
 def global_batch_loss(loss_of: LossOf, params: Params, stats: Stats, x: jax.Array,
                       y: jax.Array) -> tuple[jax.Array, Stats]:
     """``loss_of`` over [N, b, ...] row blocks taken as one batch of N*b rows in order:
-    BatchNorm's statistics are the global batch's (--sync-bn, and the naive sharded program)."""
-    return loss_of(params, stats, x.reshape(-1, *x.shape[2:]), y.reshape(-1))
+    BatchNorm's statistics are the global batch's (--sync-bn, and the naive sharded program).
+    Labels keep their own trailing axes (a language model's [N, b, T] become [N*b, T])."""
+    return loss_of(params, stats, x.reshape(-1, *x.shape[2:]), y.reshape(-1, *y.shape[2:]))
 
 
 def main(job: Job) -> None:

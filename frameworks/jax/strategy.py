@@ -153,7 +153,8 @@ class JaxStrategy(ABC):
         return grads, loss
 
     def trace_step(self, x: jax.Array, params: Params) -> None:
-        """Called while the step is traced: keep the dtype it computes in (for ``observed``)."""
+        """Called while the step is traced: keep the dtype it computes in (for ``observed``);
+        a language model's token ids are integers, which promote to the parameters' dtype."""
         self.traced["compute_dtype"] = str(jnp.result_type(x, *params.values()))
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:

@@ -36,17 +36,20 @@ class TaskLoss(ABC):
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Softmax cross-entropy of each row (torch's ``F.cross_entropy(reduction="none")``)."""
+    """Softmax cross-entropy of each label against the logits' last axis, in the labels'
+    shape (torch's ``F.cross_entropy(reduction="none")``): [rows, classes] against [rows], or
+    [rows, T, vocab] against [rows, T]: every leading axis indexes labels alike, so the
+    positions need no flattening into rows."""
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return -jnp.take_along_axis(log_probs, labels[:, None].astype(jnp.int32), axis=-1)[:, 0]
+    picked = jnp.take_along_axis(log_probs, labels[..., None].astype(jnp.int32), axis=-1)
+    return -picked[..., 0]
 
 
-class ImageClassification(TaskLoss):
-    """contract.ImageClassification: one logit per class; the loss is the softmax cross-entropy
-    against the class, the mean over the rows (what torch's ``CrossEntropyLoss`` computes); an
-    evaluation scores each row's predicted class (the arg max)."""
-
-    name: ClassVar[str] = contract.ImageClassification.name
+class SoftmaxCrossEntropy(TaskLoss, ABC):
+    """A task whose model gives logits over the last axis and whose labels index them, one per
+    row (images) or per position (tokens): the loss is the mean softmax cross-entropy over
+    every label, an evaluation's output the arg max at every label. Both tasks below are this,
+    written once: ``cross_entropy`` takes any leading axes."""
 
     def mean_loss(self, logits: jax.Array, labels: jax.Array) -> jax.Array:
         return jnp.mean(cross_entropy(logits, labels))
@@ -55,7 +58,26 @@ class ImageClassification(TaskLoss):
         return jnp.argmax(logits, axis=-1), jnp.sum(cross_entropy(logits, labels))
 
 
-IMPLEMENTED: dict[str, TaskLoss] = {task.name: task for task in (ImageClassification(),)}
+class ImageClassification(SoftmaxCrossEntropy):
+    """contract.ImageClassification: one logit per class; the loss is the softmax cross-entropy
+    against the class, the mean over the rows (what torch's ``CrossEntropyLoss`` computes); an
+    evaluation scores each row's predicted class (the arg max)."""
+
+    name: ClassVar[str] = contract.ImageClassification.name
+
+
+class LanguageModeling(SoftmaxCrossEntropy):
+    """contract.LanguageModeling: one logit per vocabulary entry at every position; the loss
+    is the softmax cross-entropy of every position against its next token, the mean over rows
+    and positions (torch's ``CrossEntropyLoss`` on both flattened into rows: the same mean,
+    every row having the same positions); an evaluation scores the predicted next token at
+    every position (the arg max over the vocabulary), [rows, T]."""
+
+    name: ClassVar[str] = contract.LanguageModeling.name
+
+
+IMPLEMENTED: dict[str, TaskLoss] = {task.name: task for task in (ImageClassification(),
+                                                                 LanguageModeling())}
 
 
 def loss_for(task: contract.Task) -> TaskLoss:

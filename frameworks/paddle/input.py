@@ -32,12 +32,14 @@ from parbench.run.job import Job
 
 class IndexedRows(paddle.io.Dataset):
     """Training row ``index`` as (x, y, index): the index is collated and carried (through
-    worker processes too) with its sample, so the record shows what the loader really fed."""
+    worker processes too) with its sample, so the record shows what the loader really fed. An
+    image row is (float32 image, int64 class), a token row (int64 ids [T], int64 next tokens
+    [T]): the default collate stacks either into the batch the model and the task take."""
 
     def __init__(self, data: Dataset):
         self.x, self.y = data.x_train, data.y_train  # memory-mapped: workers share one copy
 
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.int64, int]:
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.int64 | np.ndarray, int]:
         return np.asarray(self.x[index]), self.y[index], index
 
     def __len__(self) -> int:

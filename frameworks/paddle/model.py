@@ -1,9 +1,9 @@
 """Builds the spec's model as a paddle.nn.Layer and moves canonical weights in and out.
 
-Layer names are chosen to equal the canonical names (the vision transformer is in vit.py);
-three things differ from the canonical layout and are mapped here: ``nn.Linear`` stores its
-weight [in, out] (canonical [out, in]),
-BatchNorm calls its running statistics ``_mean`` / ``_variance``, and Paddle's BatchNorm
+Layer names are chosen to equal the canonical names (the vision transformer is in vit.py, the
+language model in gpt.py); three things differ from the canonical layout and are mapped here: ``nn.Linear`` stores its
+weight [in, out] (canonical [out, in]; embeddings are plain parameters, [vocab, width] in
+both), BatchNorm calls its running statistics ``_mean`` / ``_variance``, and Paddle's BatchNorm
 follows a different convention than the spec (see ``BatchNorm``).
 """
 
@@ -24,6 +24,7 @@ from parbench.contract.spec import (
     resnet_blocks,
 )
 
+from .gpt import GPT
 from .vit import ViT
 
 # Paddle's name of a BatchNorm running statistic -> the canonical name
@@ -161,13 +162,14 @@ class MLP(nn.Layer):
 
 
 # spec.kind -> the Layer that builds it
-BUILDERS: dict[str, type[nn.Layer]] = {"resnet": ResNet, "mlp": MLP, "vit": ViT}
+BUILDERS: dict[str, type[nn.Layer]] = {"resnet": ResNet, "mlp": MLP, "vit": ViT, "gpt": GPT}
 
 
 def first_layer(model: nn.Layer) -> nn.Layer:
     """The layer whose output dtype shows the precision the model computes in: the stem
     convolution of the resnet, the first Linear of the MLP, the vit's patch convolution (each
-    model registers it first)."""
+    model registers it first), the GPT's first qkv projection (its embeddings are parameters,
+    not layers, and a lookup is not autocast: it returns its table's dtype)."""
     return next(layer for layer in model.sublayers() if isinstance(layer, (nn.Conv2D, nn.Linear)))
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from parbench.contract.tasks import ImageClassification, Task
+from parbench.contract.tasks import ImageClassification, LanguageModeling, Task
 
 
 class TaskLoss(Protocol):
@@ -35,7 +35,24 @@ class ImageClassificationLoss:
         return outputs.argmax(1).numpy(), loss_sum
 
 
-TASK_LOSSES: dict[str, type[TaskLoss]] = {ImageClassification.name: ImageClassificationLoss}
+class LanguageModelingLoss:
+    """Softmax cross-entropy at every position against its next token, the mean over rows and
+    positions; evaluation scores the predicted next token at every position
+    (LanguageModeling.loss). Paddle's cross_entropy takes the classes in the last axis and
+    labels of one rank less, so [rows, T, vocab] logits meet [rows, T] labels as they are; its
+    mean is over every label, rows and positions alike."""
+
+    def mean_loss(self, outputs: paddle.Tensor, labels: paddle.Tensor) -> paddle.Tensor:
+        return F.cross_entropy(outputs, labels)
+
+    def evaluation(self, outputs: paddle.Tensor,
+                   labels: paddle.Tensor) -> tuple[np.ndarray, float]:
+        loss_sum = float(F.cross_entropy(outputs, labels, reduction="sum"))
+        return outputs.argmax(-1).numpy(), loss_sum
+
+
+TASK_LOSSES: dict[str, type[TaskLoss]] = {ImageClassification.name: ImageClassificationLoss,
+                                          LanguageModeling.name: LanguageModelingLoss}
 
 
 def loss_for(task: Task) -> TaskLoss:

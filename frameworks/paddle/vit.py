@@ -1,4 +1,5 @@
-"""The spec's vision transformer (parbench.spec.ViTSpec) as a paddle.nn.Layer.
+"""The spec's vision transformer (parbench.spec.ViTSpec) as a paddle.nn.Layer, and the
+transformer block it shares with the GPT (gpt.py), causal there.
 
 Layer and parameter names equal the canonical names, so model.py loads and exports it like the
 other models: the patch convolution is OIHW in Paddle as in the canonical layout, and the
@@ -13,11 +14,12 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from parbench.contract.spec import ViTSpec
+from parbench.contract.spec import GPTSpec, ViTSpec
 
 
-def layer_norm(spec: ViTSpec) -> nn.LayerNorm:
-    """LayerNorm over the width with the spec's epsilon (Paddle's default is 1e-5)."""
+def layer_norm(spec: ViTSpec | GPTSpec) -> nn.LayerNorm:
+    """LayerNorm over the width with the spec's epsilon (Paddle's default is 1e-5: the GPT's,
+    passed all the same)."""
     return nn.LayerNorm(spec.width, epsilon=spec.norm_eps)
 
 
@@ -28,12 +30,14 @@ class Attention(nn.Layer):
     blocks of ``width / heads`` (head-major), which is the canonical [3 * width, width] kernel
     transposed into Paddle's [in, out] Linear. Not ``nn.MultiHeadAttention``: it keeps three
     Linears ``q_proj`` / ``k_proj`` / ``v_proj`` ([width, width] each, [in, out]), so its q, k
-    and v kernels are the canonical kernel's three row blocks, each transposed.
+    and v kernels are the canonical kernel's three row blocks, each transposed. ``causal``: each
+    position attends to itself and the positions before it only (``causal_mask``).
     """
 
-    def __init__(self, spec: ViTSpec):
+    def __init__(self, spec: ViTSpec | GPTSpec, causal: bool = False):
         super().__init__()
         self.heads, self.head_width, self.width = spec.heads, spec.width // spec.heads, spec.width
+        self.causal = causal
         self.qkv = nn.Linear(spec.width, 3 * spec.width)
         self.proj = nn.Linear(spec.width, spec.width)
 
@@ -43,13 +47,33 @@ class Attention(nn.Layer):
         qkv = self.qkv(x).reshape([0, 0, 3, self.heads, self.head_width])
         q, k, v = qkv.transpose([2, 0, 3, 1, 4]).unbind(0)
         scores = paddle.matmul(q, k, transpose_y=True) * self.head_width ** -0.5
+        if self.causal:
+            scores = causal_mask(scores)
         out = paddle.matmul(F.softmax(scores, axis=-1), v)  # [B, heads, T, d]
         # the heads' outputs concatenated in head order: [B, T, heads * d]
         return self.proj(out.transpose([0, 2, 1, 3]).reshape([0, 0, self.width]))
 
 
+def causal_mask(scores: paddle.Tensor) -> paddle.Tensor:
+    """``scores`` [..., T, T] with every key after its query at -inf, so softmax gives it
+    weight 0: query i attends to keys 0..i (the spec's masking, exactly: adding 0 leaves the
+    other scores' bits as they are).
+
+    An explicit mask, not ``F.scaled_dot_product_attention(is_causal=True)``: Paddle's takes
+    [B, T, heads, d] and picks its kernel by device and dtype (read from Paddle 3.3.1's
+    nn/functional/sdpa.py): flash or memory-efficient attention on a GPU, on the CPU a "math"
+    fallback that scales q before the product and masks with -1e4, not -inf. Masking the
+    ViT's own softmax keeps one computation on every device. The mask is built in float32 and
+    cast to the scores' dtype (bfloat16 under AMP): Paddle's CPU ``triu`` and ``where`` have
+    no bfloat16 kernel, and adding a float32 mask to bfloat16 scores would promote them.
+    """
+    tokens = scores.shape[-1]  # a number under to_static too: it traces one program per shape
+    mask = paddle.triu(paddle.full([tokens, tokens], float("-inf")), diagonal=1)
+    return scores + mask.astype(scores.dtype)
+
+
 class MLP(nn.Layer):
-    def __init__(self, spec: ViTSpec):
+    def __init__(self, spec: ViTSpec | GPTSpec):
         super().__init__()
         self.fc1 = nn.Linear(spec.width, spec.mlp_width)
         self.fc2 = nn.Linear(spec.mlp_width, spec.width)
@@ -61,9 +85,9 @@ class MLP(nn.Layer):
 class Block(nn.Layer):
     """Pre-norm transformer block (dropout 0: none at all)."""
 
-    def __init__(self, spec: ViTSpec):
+    def __init__(self, spec: ViTSpec | GPTSpec, causal: bool = False):
         super().__init__()
-        self.norm1, self.attn = layer_norm(spec), Attention(spec)
+        self.norm1, self.attn = layer_norm(spec), Attention(spec, causal)
         self.norm2, self.mlp = layer_norm(spec), MLP(spec)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:

@@ -204,8 +204,11 @@ class MirroredKeras(Mirrored):
 
     def _contract_pipeline(self, _context: tf.distribute.InputContext) -> tf.data.Dataset:
         rows = self.job.global_batch // self.job.world_size
-        signature = (tf.TensorSpec((rows, *self.data.input_shape), tf.float32),
-                     tf.TensorSpec((rows,), tf.int64), tf.TensorSpec((rows,), tf.int64))
+        # the data's own row shapes and dtypes: images float32 with one int64 label a row, token
+        # ids int64 with one int64 label a position
+        signature = (tf.TensorSpec((rows, *self.data.input_shape), self.data.x_train.dtype),
+                     tf.TensorSpec((rows, *self.data.y_train.shape[1:]), self.data.y_train.dtype),
+                     tf.TensorSpec((rows,), tf.int64))
         shards = tf.data.Dataset.from_generator(self._contract_shards,
                                                 output_signature=signature)
         return shards.prefetch(2 * self.job.world_size)  # the next two global batches

@@ -1,6 +1,7 @@
 """Builds the spec's model as a Keras 3 model (TensorFlow backend) and moves canonical weights
-in and out. The ResNet and the MLP are here, the vision transformer in vit.py, all three on
-layers.py's RecordingModel; ``BUILDERS`` picks one by ``spec.kind``.
+in and out. The ResNet and the MLP are here, the vision transformer in vit.py, the causal
+language model in gpt.py, all four on layers.py's RecordingModel; ``BUILDERS`` picks one by
+``spec.kind``.
 
 Layouts differ from the canonical ones and are converted on load and export: conv kernels are
 HWIO here (OIHW canonical), dense kernels [in, out] (canonical [out, in]). The ResNet takes the
@@ -32,6 +33,7 @@ from parbench.contract.spec import (
     resnet_blocks,
 )
 
+from .gpt import GPT
 from .layers import RecordingModel
 from .runtime import SUM
 from .tfkeras import keras, tf
@@ -222,10 +224,20 @@ def to_canonical_layout(array: np.ndarray, role: Role | str) -> np.ndarray:
 
 
 # One builder per model kind (parbench.spec.KINDS); a kind missing here is an error. The ViT
-# has no BatchNorm: --sync-bn is refused for it before anything starts.
+# and the GPT have no BatchNorm: --sync-bn is refused for them before anything starts.
 BUILDERS = {"resnet": lambda spec, sync_bn: ResNet(spec, sync_bn),
             "mlp": lambda spec, sync_bn: MLP(spec),
-            "vit": lambda spec, sync_bn: ViT(spec)}
+            "vit": lambda spec, sync_bn: ViT(spec),
+            "gpt": lambda spec, sync_bn: GPT(spec)}
+# What a row of each kind's input is (parbench.contract.tasks: images are float32, a language
+# model reads int64 token ids); a kind not listed reads float32
+INPUT_DTYPES = {"gpt": np.int64}
+
+
+def probe_input(spec: ModelSpec) -> np.ndarray:
+    """One row of zeros in the model's input dtype: calling the model on it creates its
+    variables (token 0 is a valid id)."""
+    return np.zeros((1, *spec.input_shape), INPUT_DTYPES.get(spec.kind, np.float32))
 
 
 def build_model(spec: ModelSpec, weights: dict[str, np.ndarray],
@@ -238,7 +250,7 @@ def build_model(spec: ModelSpec, weights: dict[str, np.ndarray],
     if spec.kind not in BUILDERS:
         raise ValueError(f"TensorFlow has no builder for model kind {spec.kind!r}")
     model = BUILDERS[spec.kind](spec, sync_bn)
-    model(np.zeros((1, *spec.input_shape), np.float32))  # creates the variables
+    model(probe_input(spec))  # creates the variables
     named, expected = model.canonical_variables(), parameters(spec)
     if set(named) != set(weights) or set(named) != set(expected):
         raise ValueError(f"canonical weights do not fit the TensorFlow model: model has "

@@ -8,8 +8,9 @@ anything is built.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
-from parbench.contract.tasks import ImageClassification, Task
+from parbench.contract.tasks import ImageClassification, LanguageModeling, Task
 
 from .tfkeras import keras, tf
 
@@ -21,30 +22,37 @@ class TaskLoss(ABC):
 
     @abstractmethod
     def per_example_loss(self, labels: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
-        """One loss per row; the callers reduce it (the train step over the global batch)."""
+        """One loss per row (a language model's: the mean over its positions); the callers
+        reduce it (the train step over the global batch)."""
 
     @abstractmethod
     def evaluation(self, labels: tf.Tensor, outputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """(what the task scores of each row, the rows' summed loss): what a strategy's
-        ``evaluate`` returns for them (see parbench.run.loop.Strategy)."""
+        """(what the task scores of each row, the loss summed over every row -- and, for a
+        language model, every position): what a strategy's ``evaluate`` returns for them (see
+        parbench.run.loop.Strategy)."""
 
     @abstractmethod
     def keras_loss(self) -> keras.losses.Loss:
         """``per_example_loss`` as a Keras loss, for fit (see KerasLoss)."""
 
 
-class KerasLoss(keras.losses.Loss):
-    """A task's per-example loss, reduced as Keras' built-in losses are ("sum_over_batch_size":
-    the replica's rows' mean, divided by the replicas in sync under a tf.distribute strategy),
-    so fit computes what it computes with Keras' own loss. Keras hands ``call`` the labels
-    converted to the loss's float dtype: ``labels_dtype`` casts them back."""
+# (labels, outputs) -> the loss of every element Keras averages (a row's, or a token's)
+ElementLoss = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
-    def __init__(self, task: TaskLoss, labels_dtype: tf.DType):
+
+class KerasLoss(keras.losses.Loss):
+    """A task's loss per element, reduced as Keras' built-in losses are ("sum_over_batch_size":
+    the mean over every element of the replica's loss tensor, divided by the replicas in sync
+    under a tf.distribute strategy), so fit computes what it computes with Keras' own loss.
+    Keras hands ``call`` the labels converted to the loss's float dtype: ``labels_dtype``
+    casts them back."""
+
+    def __init__(self, task: TaskLoss, elements: ElementLoss, labels_dtype: tf.DType):
         super().__init__(name=f"{task.name}_loss", reduction="sum_over_batch_size")
-        self.task, self.labels_dtype = task, labels_dtype
+        self.elements, self.labels_dtype = elements, labels_dtype
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        return self.task.per_example_loss(tf.cast(y_true, self.labels_dtype), y_pred)
+        return self.elements(tf.cast(y_true, self.labels_dtype), y_pred)
 
 
 class TFImageClassification(TaskLoss):
@@ -65,11 +73,40 @@ class TFImageClassification(TaskLoss):
         # The class indices come back exact (float32 holds integers below 2**24), cast as
         # Keras' own sparse cross-entropy casts them: fit computes Keras'
         # SparseCategoricalCrossentropy(from_logits=True) to the bit.
-        return KerasLoss(self, labels_dtype=tf.int64)
+        return KerasLoss(self, self.per_example_loss, labels_dtype=tf.int64)
 
 
-IMAGE_CLASSIFICATION = TFImageClassification()
-TASK_LOSSES: dict[str, TaskLoss] = {task.name: task for task in (IMAGE_CLASSIFICATION,)}
+class TFLanguageModeling(TaskLoss):
+    """Softmax cross-entropy of every position's logits [rows, T, vocab] against its next token
+    [rows, T]; the training loss is the mean over rows and positions. Every row has the same T
+    positions, so a row's loss is the mean over its positions: the custom loops' sum of row
+    losses over the global batch is the mean over every token of it. An evaluation scores the
+    predicted next token at every position (the arg max over the vocabulary)."""
+
+    name = LanguageModeling.name
+
+    def per_token_loss(self, labels: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
+        """[rows, T]: the sparse cross-entropy takes any leading dimensions, no flattening."""
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=outputs)
+
+    def per_example_loss(self, labels: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_mean(self.per_token_loss(labels, outputs), axis=1)
+
+    def evaluation(self, labels: tf.Tensor, outputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        predicted = tf.argmax(outputs, axis=-1, output_type=tf.int64)  # [rows, T]
+        return predicted, tf.reduce_sum(self.per_token_loss(labels, outputs))
+
+    def keras_loss(self) -> KerasLoss:
+        # Per token, as Keras' SparseCategoricalCrossentropy(from_logits=True) returns it for
+        # [rows, T, vocab] logits: "sum_over_batch_size" divides the sum by the element count,
+        # rows x T, so fit's loss is the mean over rows and positions, the custom loops' one
+        # (token ids below 2**24 come back exact from float32)
+        return KerasLoss(self, self.per_token_loss, labels_dtype=tf.int64)
+
+
+IMAGE_CLASSIFICATION, LANGUAGE_MODELING = TFImageClassification(), TFLanguageModeling()
+TASK_LOSSES: dict[str, TaskLoss] = {task.name: task
+                                    for task in (IMAGE_CLASSIFICATION, LANGUAGE_MODELING)}
 
 
 def loss_for(task: Task) -> TaskLoss:

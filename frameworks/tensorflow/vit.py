@@ -1,4 +1,5 @@
-"""The spec's vision transformer (parbench.spec.ViTSpec) as a Keras 3 model (TensorFlow backend).
+"""The spec's vision transformer (parbench.spec.ViTSpec) as a Keras 3 model (TensorFlow backend),
+and the transformer block it shares with the GPT (gpt.py), causal there.
 
 Layouts: the patch convolution's kernel is HWIO and dense kernels are [in, out] here (canonical
 OIHW and [out, in]); ``model.to_tf_layout`` converts them on load. The canonical batch is NCHW
@@ -14,17 +15,24 @@ autocast does); the logits leave in float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
-from parbench.contract.spec import ViTSpec
+from parbench.contract.spec import GPTSpec, ViTSpec
 
 from .layers import RecordingModel
 from .tfkeras import keras, tf
 
 
-def layer_norm(spec: ViTSpec) -> keras.layers.LayerNormalization:
-    # Keras' default epsilon is 1e-3; the spec's is 1e-6 (biased variance in both)
+# (output, training) -> output: RecordingModel._record, handed to the layer whose output dtype
+# shows the run's compute precision when that layer sits inside a block (the GPT's first qkv)
+Probe = Callable[[tf.Tensor, bool], tf.Tensor]
+
+
+def layer_norm(spec: ViTSpec | GPTSpec) -> keras.layers.LayerNormalization:
+    # Keras' default epsilon is 1e-3; the spec's is 1e-6 for the ViT, 1e-5 for the GPT (biased
+    # variance in all)
     return keras.layers.LayerNormalization(epsilon=spec.norm_eps)
 
 
@@ -38,22 +46,40 @@ def gelu(x: tf.Tensor) -> tf.Tensor:
 class Attention(keras.layers.Layer):
     """Multi-head self-attention with one fused ``qkv`` Dense: its 3 * width output columns are
     q | k | v, each ``heads`` consecutive blocks of ``width / heads``; per head
-    ``softmax(q k^T / sqrt(d)) v``; the heads, concatenated in order, feed ``proj``."""
+    ``softmax(q k^T / sqrt(d)) v``; the heads, concatenated in order, feed ``proj``.
+    ``causal``: each position attends to itself and the positions before it only. ``probe``
+    sees the qkv projection's output (see Probe)."""
 
-    def __init__(self, spec: ViTSpec, **kwargs):
+    def __init__(self, spec: ViTSpec | GPTSpec, causal: bool = False,
+                 probe: Probe | None = None, **kwargs):
         super().__init__(**kwargs)
         self.heads, self.head_dim = spec.heads, spec.width // spec.heads
+        self.causal, self.probe = causal, probe
         self.qkv = keras.layers.Dense(3 * spec.width)
         self.proj = keras.layers.Dense(spec.width)
 
-    def call(self, x: tf.Tensor) -> tf.Tensor:
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         batch, tokens, width = tf.shape(x)[0], tf.shape(x)[1], x.shape[-1]
-        qkv = tf.reshape(self.qkv(x), [batch, tokens, 3, self.heads, self.head_dim])
+        projected = self.qkv(x)
+        if self.probe is not None:
+            projected = self.probe(projected, training)
+        qkv = tf.reshape(projected, [batch, tokens, 3, self.heads, self.head_dim])
         q, k, v = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each (B, heads, T, d)
         scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self.head_dim)
-        weights = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32)), v.dtype)
+        scores = tf.cast(scores, tf.float32)  # the softmax in float32 under a mixed policy
+        if self.causal:
+            scores = causal_mask(scores, tokens)
+        weights = tf.cast(tf.nn.softmax(scores), v.dtype)
         out = tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3])  # (B, T, heads, d)
         return self.proj(tf.reshape(out, [batch, tokens, width]))
+
+
+def causal_mask(scores: tf.Tensor, tokens: tf.Tensor) -> tf.Tensor:
+    """Scores (..., T, T) with query i's keys j > i set to -inf, as torch's ``is_causal``: their
+    softmax weight is exactly 0, and every row keeps its diagonal, so none is all -inf (NaN)."""
+    positions = tf.range(tokens)
+    allowed = positions[:, None] >= positions[None, :]  # (T queries, T keys), lower triangle
+    return tf.where(allowed, scores, tf.constant(-math.inf, scores.dtype))
 
 
 def keras_attention_weights(qkv_weight: np.ndarray, qkv_bias: np.ndarray, proj_weight: np.ndarray,
@@ -72,7 +98,7 @@ def keras_attention_weights(qkv_weight: np.ndarray, qkv_bias: np.ndarray, proj_w
 
 
 class MLP(keras.layers.Layer):
-    def __init__(self, spec: ViTSpec, **kwargs):
+    def __init__(self, spec: ViTSpec | GPTSpec, **kwargs):
         super().__init__(**kwargs)
         self.fc1 = keras.layers.Dense(spec.mlp_width)
         self.fc2 = keras.layers.Dense(spec.width)
@@ -83,9 +109,10 @@ class MLP(keras.layers.Layer):
 
 # --- block: pre-norm residual attention, then pre-norm residual MLP
 class Block(keras.layers.Layer):
-    def __init__(self, spec: ViTSpec, **kwargs):
+    def __init__(self, spec: ViTSpec | GPTSpec, causal: bool = False,
+                 probe: Probe | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.norm1, self.attn = layer_norm(spec), Attention(spec)
+        self.norm1, self.attn = layer_norm(spec), Attention(spec, causal, probe)
         self.norm2, self.mlp = layer_norm(spec), MLP(spec)
 
     def call(self, x: tf.Tensor) -> tf.Tensor:

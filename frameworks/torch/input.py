@@ -40,9 +40,11 @@ class IndexedRows(Dataset):
     def __len__(self) -> int:
         return len(self.y)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
-        # np.array copies the row out of the read-only memory map (torch wants it writable)
-        return torch.from_numpy(np.array(self.x[index])), int(self.y[index]), index
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        # np.array copies the row out of the read-only memory map (torch wants it writable);
+        # a label is a class (0-d) or a language model's next tokens (one per position)
+        return (torch.from_numpy(np.array(self.x[index])),
+                torch.from_numpy(np.array(self.y[index])), index)
 
     def __getstate__(self) -> dict:
         # A loader worker started by spawn (the default inside mp.spawn's processes) receives
