@@ -40,8 +40,6 @@ class GPT(RecordingModel):
 
     def call(self, ids: tf.Tensor, training: bool = False) -> tf.Tensor:
         """[rows, T] token ids -> [rows, T, vocab] float32 logits, T at most the context."""
-        if ids.dtype == tf.float32:
-            import traceback; traceback.print_stack()
         tokens = tf.shape(ids)[1]
         # float32 tables under every policy: look up, add, then cast the rows
         x = tf.gather(self.token_embedding, ids) + self.position_embedding[:tokens]

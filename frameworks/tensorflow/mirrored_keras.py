@@ -178,6 +178,16 @@ class MirroredKeras(Mirrored):
         # fit's own XLA would compile the optimizer too: StepLossModel compiles less
         self.fit_model.compile(optimizer=self.optimizer, loss=self.task.keras_loss(),
                                jit_compile=False, steps_per_execution=1)
+        self._build_for_fit()
+
+    def _build_for_fit(self) -> None:
+        """Build the wrapper and its compiled loss on one training row, so fit finds nothing
+        to build. Otherwise fit builds them symbolically from its first batch, which it reduces
+        across replicas with MEAN to learn the shapes (Keras' ``_maybe_symbolic_build``): the
+        mean of int64 token ids is a float tensor, and the GPT's embedding lookup refuses float
+        indices (measured, Keras 3.15). A float image batch passed through unharmed."""
+        x, y = (np.asarray(rows[:1]) for rows in (self.data.x_train, self.data.y_train))
+        self.fit_model.compute_loss(x=x, y=y, y_pred=self.fit_model(x), training=False)
 
     # --- data shard: tf-mirrored's (the one process reads every global batch); fit reads it
     # from one pipeline, every global batch as its N shards in replica order, opened before the

@@ -1,0 +1,102 @@
+"""The causal language model in every framework, proven equal: forward logits against torch's
+from the same weights, 10 AdamW steps with clipping and a warmup-cosine schedule against
+torch-single, every parallel backend on 2 devices against its framework's single device (no
+BatchNorm: only the order of reductions may differ), and the run modes taking effect.
+
+The fast lane has one forward per framework (the session's forward processes answer it among
+their other cases); the training runs are slow.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import needs
+from parbench.cli.parity import (
+    FORWARD_TOLERANCE,
+    STRATEGY_TOLERANCE,
+    TRAJECTORY_TOLERANCE,
+    compare_runs,
+    forward_inputs,
+    relative_difference,
+)
+from parbench.run.registry import BACKENDS, FRAMEWORKS
+
+CASE = ("gpt", "eval")
+PORTS = [pytest.param(fw, marks=needs(fw)) for fw in FRAMEWORKS if fw != "torch"]
+# (backend, launcher) of every parallel backend, each on 2 devices
+STRATEGIES = [pytest.param(backend, launcher, marks=needs(BACKENDS[backend].framework),
+                           id=f"{backend}-{launcher}")
+              for backend in BACKENDS if BACKENDS[backend].parallel and backend != "torch-dp"
+              for launcher in BACKENDS[backend].launchers]
+
+
+@needs("torch")
+@pytest.mark.parametrize("framework", PORTS)
+def test_the_logits_equal_torchs(forwards, framework):
+    reference, ported = forwards("torch")[CASE], forwards(framework)[CASE]
+    assert reference["logits"].shape == (16, 16, 10)  # rows, positions, vocabulary
+    assert relative_difference(reference["logits"], ported["logits"]) <= FORWARD_TOLERANCE
+
+
+@needs("torch")
+def test_attention_is_causal_and_the_output_is_tied():
+    """What the forward parity cannot tell if every framework made the same mistake: a later
+    token never changes an earlier position's logits, and the logits are the final features
+    times the token embedding: the final features times its transpose give the logits bit
+    for bit (frameworks run in their own processes, see conftest)."""
+    script = """
+import json, numpy as np, torch
+from parbench.cli.parity import forward_inputs
+from parbench.contract.spec import spec_from_dict
+from parbench.frameworks.torch.model import build_model
+spec, weights, batch = forward_inputs("gpt")
+model = build_model(spec_from_dict(spec), weights).eval()
+ids = torch.from_numpy(batch)
+changed = ids.clone(); changed[:, 10:] = (changed[:, 10:] + 1) % 10
+with torch.no_grad():
+    a, b = model(ids), model(changed)
+    features = model.norm(model.blocks(torch.nn.functional.embedding(ids, model.token_embedding)
+                                      + model.position_embedding[:16]))
+    tied = (features @ model.token_embedding.t() - a).abs().max().item()
+print(json.dumps({"before": (a[:, :10] - b[:, :10]).abs().max().item(),
+                  "after": (a[:, 10:] - b[:, 10:]).abs().max().item(), "tied": tied}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["before"] == 0.0 and seen["after"] > 1e-3 and seen["tied"] == 0.0
+
+
+def test_the_forward_case_reads_token_ids():
+    spec, weights, batch = forward_inputs("gpt")
+    assert spec["kind"] == "gpt" and batch.dtype == np.int64 and batch.shape == (16, 16)
+    assert batch.min() >= 0 and batch.max() < spec["vocab"]
+
+
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", PORTS)
+def test_ten_adamw_steps_equal_torchs(trajectory, framework):
+    reference = trajectory("torch-single", family="gpt")
+    ported = trajectory(FRAMEWORKS[framework].single, family="gpt")
+    assert reference[0]["metrics"]["clipped_steps"] == 3  # clipping acts, on some steps only
+    for check in compare_runs(framework, reference, ported, TRAJECTORY_TOLERANCE):
+        assert check.ok, check
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,launcher", STRATEGIES)
+def test_two_devices_train_as_one(trajectory, backend, launcher):
+    single = trajectory(FRAMEWORKS[BACKENDS[backend].framework].single, family="gpt")
+    parallel = trajectory(backend, family="gpt", devices=2, launcher=launcher)
+    assert parallel[0]["world_size"] == 2
+    assert parallel[0]["metrics"]["items_per_step"] == 32 * 32  # global batch x context
+    for check in compare_runs(f"{backend} x2", single, parallel, STRATEGY_TOLERANCE):
+        assert check.ok, check
