@@ -40,6 +40,7 @@ class Task(ABC):
     labels: ClassVar[str]  # what a row's label is, and its dtype
     loss: ClassVar[str]  # the training loss, as every framework must compute it
     unit: ClassVar[str]  # what throughput counts ("samples"/s)
+    per_device_throughput: ClassVar[bool]  # the report adds the unit per second per device
     # the report's quality columns: column -> the key of the record's metrics; and how the
     # task's own columns are made, for the report's notes
     quality_columns: ClassVar[dict[str, str]]
@@ -115,6 +116,7 @@ class ImageClassification(Task):
     labels: ClassVar[str] = "class indices, int64"
     loss: ClassVar[str] = "softmax cross-entropy of the logits against the class, mean over rows"
     unit: ClassVar[str] = "samples"
+    per_device_throughput: ClassVar[bool] = False
     quality_columns: ClassVar[dict[str, str]] = {
         "accuracy": "final_accuracy", "Precision macro": "precision_macro",
         "Recall macro": "recall_macro", "F1 macro": "f1_macro", "loss": "final_loss"}
@@ -172,6 +174,7 @@ class LanguageModeling(Task):
     loss: ClassVar[str] = ("softmax cross-entropy of every position's logits against its next "
                            "token, mean over rows and positions")
     unit: ClassVar[str] = "tokens"
+    per_device_throughput: ClassVar[bool] = True
     quality_columns: ClassVar[dict[str, str]] = {
         "val loss": "final_loss", "loss floor": "loss_floor", "gap to floor": "floor_gap",
         "perplexity": "perplexity", "next-token acc.": "final_accuracy"}

@@ -74,11 +74,15 @@ NODES_NOTE = (
     "devices shown as nodes x devices per node (2x1: 2 nodes of 1 device); in their scaling "
     "efficiency N is the device count over all nodes (world_size).")
 NOT_REACHED = "not reached"
+
+
 def performance_columns(task: type[Task]) -> tuple[str, ...]:
-    """The Performance table's columns, throughput in the task's unit."""
+    """The Performance table's columns, throughput in the task's unit (and per device where
+    the task asks for it: a language model's tokens/s)."""
     speed = throughput_column(task)
-    return (*KEY, "status", "runs", speed, f"{speed} min", f"{speed} max", "cv %", "noisy",
-            "scaling eff.", "step ms p50", "step ms p90", "data wait %", "startup s",
+    per_device = (f"{speed} per device",) if task.per_device_throughput else ()
+    return (*KEY, "status", "runs", speed, f"{speed} min", f"{speed} max", *per_device, "cv %",
+            "noisy", "scaling eff.", "step ms p50", "step ms p90", "data wait %", "startup s",
             "first step s")
 
 

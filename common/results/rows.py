@@ -185,7 +185,8 @@ def _cells(row: Row) -> dict[str, Cell]:
         **_key_cells(row),
         "status": _status(row.runs), "runs": f"{len(throughput)}/{len(row.runs)}",
         speed: median_of(throughput), f"{speed} min": min(throughput, default=None),
-        f"{speed} max": max(throughput, default=None), "cv %": cv,
+        f"{speed} max": max(throughput, default=None),
+        f"{speed} per device": _per_device(median_of(throughput), row.devices), "cv %": cv,
         "noisy": _noisy(cv, row.runs),
         "step ms p50": row.median(lambda m: m["step_time_ms"]["median"]),
         "step ms p90": row.median(lambda m: m["step_time_ms"]["p90"]),
@@ -201,6 +202,10 @@ def _cells(row: Row) -> dict[str, Cell]:
         if devices else no_device,
         "device MiB per device": devices or no_device,
     }
+
+
+def _per_device(throughput: float | None, devices: int) -> float | None:
+    return None if throughput is None else throughput / devices
 
 
 def _wait_percent(metrics: dict) -> float | None:
