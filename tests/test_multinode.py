@@ -28,9 +28,12 @@ DRIVER = Path(__file__).with_name("nodes_driver.py")
 # and 1 node x 2 devices) compute the same sums in the same order
 TRAINING = ("--dataset", "digits", "--global-batch", "32", "--steps", "8", "--model",
             "resnet-nonorm", "--threads", "1")
-MULTI_NODE = [pytest.param("torch-ddp", marks=needs("torch")),
-              pytest.param("tf-multiworker", marks=needs("tensorflow")),
-              pytest.param("paddle-launch", marks=needs("paddle"))]
+MULTI_NODE = [pytest.param("torch-ddp", (), marks=needs("torch")),
+              pytest.param("tf-multiworker", (), marks=needs("tensorflow")),
+              pytest.param("paddle-launch", (), marks=needs("paddle")),
+              # the language model: the options given later win over TRAINING's
+              pytest.param("torch-ddp", ("--model", "gpt", "--dataset", "markov", "--context",
+                                         "16"), marks=needs("torch"), id="torch-ddp-gpt")]
 
 
 def node_argv(backend: str, rank: int, port: int, out: Path, *extra: str) -> list[str]:
@@ -58,10 +61,10 @@ def run_nodes(folder: Path, argvs: list[list[str]], envs: list[dict] | None = No
 # --- two loopback nodes, each framework's launcher
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", MULTI_NODE)
-def test_two_nodes_make_one_record_that_equals_one_node(tmp_path, backend):
+@pytest.mark.parametrize("backend,extra", MULTI_NODE)
+def test_two_nodes_make_one_record_that_equals_one_node(tmp_path, backend, extra):
     port = free_port()
-    report = run_nodes(tmp_path, [node_argv(backend, r, port, tmp_path / f"out{r}")
+    report = run_nodes(tmp_path, [node_argv(backend, r, port, tmp_path / f"out{r}", *extra)
                                   for r in (0, 1)])
     node0, node1 = report["nodes"]
     assert (node0["rc"], node1["rc"]) == (0, 0), node0["stderr"][-2000:] + node1["stderr"][-2000:]
@@ -77,7 +80,8 @@ def test_two_nodes_make_one_record_that_equals_one_node(tmp_path, backend):
     assert "node 1, repeat 0: ok" in node1["stderr"]
     assert [line.split("|")[1].strip() for line in node1["stdout"].splitlines()[2:]] == ["1"]
     (tmp_path / "single").mkdir()
-    single = run_ok(tmp_path / "single", backend, *TRAINING, "--devices", "2")
+    single = run_ok(tmp_path / "single", backend, *TRAINING, "--devices", "2", *extra)
+    assert record["model"] == single["model"] == ("gpt" if extra else "resnet-nonorm")
     assert record["spec_sha256"] == single["spec_sha256"]
     assert record["metrics"]["input"]["fingerprints"] == single["metrics"]["input"]["fingerprints"]
     np.testing.assert_allclose(record["metrics"]["loss_curve"], single["metrics"]["loss_curve"],
