@@ -23,6 +23,8 @@ from .layers import PRECISION, Params
 def embed(params: Params, ids: jax.Array) -> jax.Array:
     """[rows, T] token ids -> [rows, T, width]: each id's row of the token embedding plus the
     position embedding's first T rows (T may be shorter than the context)."""
+    # jnp.take, not indexing: an id past the vocabulary gives a NaN row (take's "fill" mode)
+    # where indexing would clamp it to the last row silently (torch raises; a jit cannot)
     tokens = jnp.take(params["token_embedding"], ids, axis=0)
     return tokens + params["position_embedding"][:ids.shape[1]]
 

@@ -52,9 +52,10 @@ def attention(x: jax.Array, params: Params, prefix: str, spec: ViTSpec | GPTSpec
 
     Written out rather than ``jax.nn.dot_product_attention(is_causal=True)``, which matches
     torch as closely on the CPU (both within 5.1e-7 of torch's logits on the parity GPT,
-    measured) but takes no precision: its float32 products trace with ``precision=None`` (jax 0.10.2), the
-    default, which GPUs may run as TF32 (layers.py); here both keep ``PRECISION``, like every
-    other matmul of the models, and the ViT's and the GPT's attention stay one function."""
+    measured) but takes no precision: its float32 products trace with ``precision=None`` (jax
+    0.10.2), the default, which GPUs may run as TF32 (layers.py); here both keep
+    ``PRECISION``, like every other matmul of the models, and the ViT's and the GPT's attention
+    stay one function."""
     batch, tokens, width = x.shape
     d = width // spec.heads
     qkv = dense(x, params, f"{prefix}.qkv").reshape(batch, tokens, 3, spec.heads, d)
