@@ -1,7 +1,8 @@
 """What only GPUs can show, checked on a machine that has them (``gpu_acceptance.sh`` runs this).
 
-Every installed backend x {fp32, bf16, fp16} x {eager, compile} x {1, 2 devices} at a few steps,
-plus ``--sync-bn`` on the multi-process backends, each through ``parbench run`` like a user.
+Every installed backend x model {resnet, gpt} x {fp32, bf16, fp16} x {eager, compile} x
+{1, 2 devices} at a few steps, plus ``--sync-bn`` on the multi-process backends (the resnet's:
+the GPT has no BatchNorm), each through ``parbench run`` like a user.
 A configuration parbench refuses (exit 2, one line) is listed with its reason, not failed,
 unless it is one the GPU must run (Paddle AMP, synchronized BatchNorm). For every run it checks:
 
@@ -17,8 +18,10 @@ Exits 1 with the list of failed checks, 0 when all passed; without GPUs it says 
 without running anything.
 
     benchmarks/gpu_acceptance.sh [--steps 6] [--out DIR] [--backends torch-ddp ...]
+                                 [--models resnet gpt]
 
-All 106 cases take about an hour on two GPUs (most of it process start-up and compilation).
+The 106 resnet cases took about an hour on two GPUs (most of it process start-up and
+compilation); the GPT adds as many cases less the --sync-bn ones.
 """
 
 from __future__ import annotations
@@ -39,18 +42,21 @@ EXIT_USAGE = 2
 MUST_RUN_ON_GPU = ("--precision", "--sync-bn")  # refused on CPU only: a refusal here fails
 
 
-def configurations(gpus: int, names: list[str]) -> list[tuple[Backend, int, list[str]]]:
+def configurations(gpus: int, names: list[str],
+                   models: list[str]) -> list[tuple[Backend, int, list[str]]]:
     """(backend, devices, extra options) of every case this machine can hold, for the named
-    backends (default: every installed one)."""
+    backends (default: every installed one) and models."""
     cases = []
     chosen = [BACKENDS[n] for n in names] if names else list(BACKENDS.values())
     for backend in (b for b in chosen if b.missing_reason() is None):
         counts = [n for n in (1, 2) if n <= gpus and (n == 1 or backend.parallel)]
-        for devices, precision, compiled in product(counts, PRECISIONS, (False, True)):
-            extra = ["--precision", precision] + (["--compile"] if compiled else [])
+        for model, devices, precision, compiled in product(models, counts, PRECISIONS,
+                                                           (False, True)):
+            extra = ["--model", model, "--precision", precision] + \
+                (["--compile"] if compiled else [])
             cases.append((backend, devices, extra))
-        if backend.parallel and not backend.one_process and gpus >= 2:
-            cases.append((backend, 2, ["--sync-bn"]))
+        if backend.parallel and not backend.one_process and gpus >= 2 and "resnet" in models:
+            cases.append((backend, 2, ["--model", "resnet", "--sync-bn"]))
     return cases
 
 
@@ -104,6 +110,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="keep the records here (default: a temp dir)")
     parser.add_argument("--backends", nargs="*", default=[], choices=list(BACKENDS),
                         metavar="BACKEND", help="only these backends (default: all installed)")
+    parser.add_argument("--models", nargs="*", default=["resnet", "gpt"],
+                        choices=["resnet", "gpt"], help="the image model, the language model "
+                        "(default: both)")
     args = parser.parse_args()
     gpus = gpu_count()
     if not gpus:
@@ -114,7 +123,7 @@ def main() -> int:
     failures = []
     with tempfile.TemporaryDirectory(prefix="parbench-gpu-") as tmp:
         out = args.out or Path(tmp)
-        for backend, devices, extra in configurations(gpus, args.backends):
+        for backend, devices, extra in configurations(gpus, args.backends, args.models):
             case = f"{backend.name} x{devices} {' '.join(extra)}"
             code, stderr, record = run(backend, devices, extra, out, args.steps)
             if code == EXIT_USAGE and record is None:
