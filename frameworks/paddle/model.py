@@ -1,9 +1,10 @@
 """Builds the spec's model as a paddle.nn.Layer and moves canonical weights in and out.
 
 Layer names are chosen to equal the canonical names (the vision transformer is in vit.py, the
-language model in gpt.py); three things differ from the canonical layout and are mapped here: ``nn.Linear`` stores its
-weight [in, out] (canonical [out, in]; embeddings are plain parameters, [vocab, width] in
-both), BatchNorm calls its running statistics ``_mean`` / ``_variance``, and Paddle's BatchNorm
+language model in gpt.py); three things differ from the canonical layout and are mapped here:
+``nn.Linear`` stores its weight [in, out] (canonical [out, in]; the GPT's embeddings are plain
+parameters, [vocab, width] and [context, width] in both layouts, so they are not transposed),
+BatchNorm calls its running statistics ``_mean`` / ``_variance``, and Paddle's BatchNorm
 follows a different convention than the spec (see ``BatchNorm``).
 """
 

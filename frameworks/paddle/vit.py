@@ -63,9 +63,9 @@ def causal_mask(scores: paddle.Tensor) -> paddle.Tensor:
     [B, T, heads, d] and picks its kernel by device and dtype (read from Paddle 3.3.1's
     nn/functional/sdpa.py): flash or memory-efficient attention on a GPU, on the CPU a "math"
     fallback that scales q before the product and masks with -1e4, not -inf. Masking the
-    ViT's own softmax keeps one computation on every device. The mask is built in float32 and
-    cast to the scores' dtype (bfloat16 under AMP): Paddle's CPU ``triu`` and ``where`` have
-    no bfloat16 kernel, and adding a float32 mask to bfloat16 scores would promote them.
+    ViT's own softmax keeps one computation on every device. The mask takes the scores' dtype
+    (bfloat16 under AMP, on a GPU): a float32 one would make Paddle promote the sum, with a
+    warning at every call (softmax, on AMP's black list, runs in float32 either way).
     """
     tokens = scores.shape[-1]  # a number under to_static too: it traces one program per shape
     mask = paddle.triu(paddle.full([tokens, tokens], float("-inf")), diagonal=1)

@@ -78,15 +78,6 @@ def set_precision(precision: str) -> None:
     keras.mixed_precision.set_global_policy(PRECISION_POLICIES[precision])
 
 
-def dense(gradient: tf.Tensor | tf.IndexedSlices) -> tf.Tensor:
-    """A gather's gradient (the GPT's token embedding) comes as IndexedSlices, or, where the
-    table is also used densely (the tied output projection), as both uses' slices concatenated
-    into one IndexedSlices: summed here into the table's dense gradient, what torch's embedding
-    gives, what the clip's norm and the shared optimizer rules take, and what the replicas
-    all-reduce (an IndexedSlices all-reduce would gather every replica's slices instead)."""
-    return tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient
-
-
 class GradientFunction:
     """(x, y) -> (loss, gradients of the trainable variables) of one (micro-)batch on one
     replica, for ``loss_of(x, y)``; the loss is scaled for the gradient when the optimizer
@@ -111,7 +102,7 @@ class GradientFunction:
         with keras.StatelessScope() as scope, tf.GradientTape() as tape:
             loss = self.loss_of(x, y)
             scaled = self.optimizer.scale_loss(loss)  # the loss itself unless fp16
-        gradients = [dense(g) for g in tape.gradient(scaled, self.model.trainable_variables)]
+        gradients = tape.gradient(scaled, self.model.trainable_variables)
         updates = [scope.get_current_value(v) for v in self.model.non_trainable_variables]
         return loss, gradients, updates
 
