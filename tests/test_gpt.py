@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import needs
+from conftest import needs, run_ok
 from parbench.cli.parity import (
     FORWARD_TOLERANCE,
     STRATEGY_TOLERANCE,
@@ -100,3 +100,37 @@ def test_two_devices_train_as_one(trajectory, backend, launcher):
     assert parallel[0]["metrics"]["items_per_step"] == 32 * 32  # global batch x context
     for check in compare_runs(f"{backend} x2", single, parallel, STRATEGY_TOLERANCE):
         assert check.ok, check
+
+
+# (backend, options, what the record must show the modes did): several modes per run where a
+# framework takes them together, so each framework pays one or two process starts
+MODE_CASES = [
+    ("torch-single", ("--precision", "bf16", "--compile"),
+     {"compute_dtype": "bfloat16", "compiled": True}),
+    ("torch-ddp", ("--grad-accum", "2", "--input", "native"),
+     {"micro_batches": 2, "pipeline": "native"}),
+    ("tf-single", ("--precision", "bf16", "--compile"),
+     {"compute_dtype": "bfloat16", "compiled": True}),
+    ("tf-mirrored", ("--input", "native", "--grad-accum", "2"),
+     {"micro_batches": 2, "pipeline": "native"}),
+    ("paddle-single", ("--compile",), {"compiled": True}),
+    ("paddle-spawn", ("--input", "native"), {"pipeline": "native"}),
+    ("jax-sharded", ("--grad-accum", "2"), {"micro_batches": 2}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,options,expected", [
+    pytest.param(*case, marks=needs(BACKENDS[case[0]].framework), id=case[0])
+    for case in MODE_CASES])
+def test_the_modes_take_effect_on_the_gpt(tmp_path, backend, options, expected):
+    record = run_ok(tmp_path, backend, "--model", "gpt", "--context", "16", "--steps", "4",
+                    "--global-batch", "32", *options)
+    metrics = record["metrics"]
+    assert metrics["compute_dtype"] == expected.get("compute_dtype", "float32")
+    if expected.get("compiled"):  # (JAX's steps are always jitted: it counts them too)
+        assert metrics["compiled_graphs"] >= 1
+    assert metrics["micro_batches"] == expected.get("micro_batches", 1)
+    assert metrics["input"]["pipeline"] == expected.get("pipeline", "arrays")
+    # 4 steps from the uniform guess: the perplexity is near the vocabulary's 64
+    assert metrics["items_per_step"] == 32 * 16 and 50 < metrics["perplexity"] < 70
