@@ -105,7 +105,7 @@ def test_input_metrics_prove_the_contract_and_measure_the_wait(tmp_path, monkeyp
     (("torch-single", "--train-subset", "5000"), "--train-subset 5000 exceeds the 4096 "
      "training samples of synthetic"),
     (("torch-single", "--train-subset", "100", "--global-batch", "128"),
-     "global batch 128 exceeds the 100 training samples"),
+     "global batch 128 exceeds the 100 training rows of --dataset synthetic"),
     (("torch-single", "--input", "native", "--profile"), "--profile splits the fp32 eager "
      "step into phases; it cannot be combined with --input"),
 ])
