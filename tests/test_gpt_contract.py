@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from test_cli import assert_refused
 
 from conftest import parbench
 from parbench.base.errors import UsageError
@@ -26,7 +27,6 @@ from parbench.contract.tasks import LanguageModeling, task_of_dataset, task_of_m
 from parbench.contract.weights import initial_weights
 from parbench.launch.config import RunConfig, resolve
 from parbench.launch.harness import prepare
-from test_cli import assert_refused
 
 SPEC = GPTSpec(vocab=64, context=16)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_report import by_row, markdown_tables, record
 
 from parbench.results.records import SCHEMA_VERSION, check_record
 from parbench.results.report import render
-from test_report import by_row, markdown_tables, record
 
 SPEC = "c" * 64
 CONTEXT = 64

@@ -241,8 +241,8 @@ def _check_data_options(cfg: RunConfig) -> None:
             raise UsageError(f"--{option} is an option of the token datasets "
                              f"({', '.join(LANGUAGE_DATASETS)}), not of --dataset {cfg.dataset}")
     if cfg.vocab is not None and cfg.dataset == "text":
-        raise UsageError(f"--vocab is the synthetic language's; --dataset text has byte tokens "
-                         f"(vocabulary 256)")
+        raise UsageError("--vocab is the synthetic language's; --dataset text has byte tokens "
+                         "(vocabulary 256)")
 
 
 def _isolation(choice: str, nodes: Nodes | None) -> bool:

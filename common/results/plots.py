@@ -122,8 +122,8 @@ def _curve_x(task: type[Task], metrics: dict, steps: list[int]) -> list[float]:
 
 def _curves(rows: list[Row]) -> Figure:
     """Training loss (top) and the task's evaluation curve (bottom: test accuracy, or a
-    language model's validation loss; both against tokens seen for it) per framework; colour per backend,
-    line style per device count, earlier rows drawn wider so that curves of the same
+    language model's validation loss; both against tokens seen for it) per framework; colour
+    per backend, line style per device count, earlier rows drawn wider so that curves of the same
     computation, which lie on each other, all stay visible; the legend under each framework's
     column."""
     frameworks = _by_framework(rows)

@@ -24,7 +24,6 @@ from parbench.contract.spec import GPTSpec, ViTSpec
 from .layers import RecordingModel
 from .tfkeras import keras, tf
 
-
 # (output, training) -> output: RecordingModel._record, handed to the layer whose output dtype
 # shows the run's compute precision when that layer sits inside a block (the GPT's first qkv)
 Probe = Callable[[tf.Tensor, bool], tf.Tensor]
