@@ -134,3 +134,20 @@ def test_the_modes_take_effect_on_the_gpt(tmp_path, backend, options, expected):
     assert metrics["input"]["pipeline"] == expected.get("pipeline", "arrays")
     # 4 steps from the uniform guess: the perplexity is near the vocabulary's 64
     assert metrics["items_per_step"] == 32 * 16 and 50 < metrics["perplexity"] < 70
+
+
+@pytest.mark.slow
+@needs("torch")
+def test_a_text_file_trains_on_its_bytes(tmp_path):
+    """--dataset text end to end: byte tokens (vocabulary 256), the last tenth of the windows
+    scored, and no floor claimed for data whose entropy nobody knows."""
+    text = tmp_path / "book.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 400, encoding="utf-8")
+    record = run_ok(tmp_path, "torch-single", "--model", "gpt", "--dataset", "text",
+                    "--data-dir", str(text), "--context", "32", "--steps", "6",
+                    "--global-batch", "32")
+    metrics, windows = record["metrics"], len(text.read_bytes()) // 33
+    assert record["dataset"] == "text" and record["task"] == "language-modeling"
+    assert metrics["tokens"] == round(windows * 0.1) * 32  # the validation windows' tokens
+    assert metrics["loss_floor"] is None and metrics["floor_gap"] is None
+    assert metrics["final_loss"] < np.log(256)  # 6 AdamW steps already beat the uniform guess
