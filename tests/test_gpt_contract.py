@@ -167,3 +167,28 @@ def test_the_command_line_refuses_a_text_file_that_is_not_text(tmp_path):
     out = tmp_path / "runs"
     assert_refused(parbench("run", "torch-single", "--model", "gpt", "--dataset", "text",
                             "--data-dir", str(text), "--out", str(out)), out, "not UTF-8 text")
+
+
+def test_the_gpt_takes_its_sizes_from_the_options_and_its_mlp_follows_the_width():
+    spec = build_spec("gpt", (16,), 64, {"width": 32, "depth": 3, "heads": 2})
+    assert (spec.width, spec.depth, spec.heads, spec.mlp_width) == (32, 3, 2, 128)
+    assert parameters(spec)["blocks.2.mlp.fc1.weight"].shape == (128, 32)
+    assert RunConfig(model="gpt", width=32).model_sizes() == {"width": 32}
+
+
+@pytest.mark.parametrize("values,fragment", [
+    (dict(model="vit", width=32), "--width is an option of --model gpt, not of --model vit"),
+    (dict(model="gpt", width=30), "4 heads do not divide the width 30"),
+    (dict(model="gpt", heads=0), "--heads must be in [1, 4096], got 0"),
+    (dict(model="gpt", depth=5000), "--depth must be in [1, 4096], got 5000"),
+])
+def test_sizes_that_make_no_model_are_refused_before_any_data(values, fragment):
+    with pytest.raises(UsageError) as refused:
+        resolve(RunConfig.of(**values))
+    assert fragment in str(refused.value)
+
+
+def test_the_sizes_reach_the_trained_spec(tmp_path):
+    prepared = prepare(RunConfig(model="gpt", context=8, width=16, depth=1, heads=2), tmp_path)
+    assert (prepared.spec.width, prepared.spec.depth, prepared.spec.heads) == (16, 1, 2)
+    assert prepared.spec.context == 8

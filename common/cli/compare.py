@@ -151,7 +151,7 @@ def _prepare_all(configs: list[RunConfig], stack: ExitStack) -> list[Prepared]:
     for cfg in configs:
         # all that prepare() writes
         key = (cfg.dataset, cfg.data_dir, cfg.context, cfg.vocab, cfg.train_subset, cfg.model,
-               cfg.seed)
+               tuple(cfg.model_sizes().items()), cfg.seed)
         if key not in firsts:
             firsts[key] = prepare(cfg, Path(stack.enter_context(
                 private_tempdir("parbench-inputs-"))))

@@ -47,7 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 
 
@@ -144,11 +144,21 @@ def uses_batchnorm(model: str) -> bool:
     return getattr(MODELS[model]((1, 8, 8), 2), "norm", None) is not None
 
 
-def build_spec(model: str, input_shape: tuple[int, ...], num_classes: int) -> ModelSpec:
-    """The spec of a named model for a dataset's input shape and class count."""
+# Sizes a named model takes from the command line (--width, --depth, --heads): the GPT's
+SIZED_MODELS = ("gpt",)
+
+
+def build_spec(model: str, input_shape: tuple[int, ...], num_classes: int,
+               sizes: dict[str, int] | None = None) -> ModelSpec:
+    """The spec of a named model for a dataset's input shape and class count; ``sizes``
+    (SIZED_MODELS only) replace its width, depth or heads, the MLP staying 4 x the width."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)}")
     spec = MODELS[model](input_shape, num_classes)
+    if sizes:
+        if model not in SIZED_MODELS:
+            raise ValueError(f"--model {model} takes no sizes ({', '.join(sorted(sizes))})")
+        spec = replace(spec, **sizes, mlp_width=4 * sizes.get("width", spec.width))
     if isinstance(spec, ViTSpec | GPTSpec):
         spec.check()
     return spec

@@ -69,9 +69,11 @@ class Task(ABC):
         """What the record's metrics add to the final evaluation's figures: nothing here."""
         return {}
 
-    @abstractmethod
-    def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
-        """The spec of a named model of this task for inputs of ``input_shape`` (one row's)."""
+    def spec_for(self, model: str, input_shape: tuple[int, ...],
+                 sizes: dict[str, int] | None = None) -> ModelSpec:
+        """The spec of a named model of this task for inputs of ``input_shape`` (one row's),
+        with the ``sizes`` the user gave (see build_spec)."""
+        return build_spec(model, input_shape, self.classes, sizes)
 
     @abstractmethod
     def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
@@ -133,9 +135,6 @@ class ImageClassification(Task):
     curve_metric: ClassVar[tuple[str, str]] = ("accuracy", "test accuracy")
     curve_by_items: ClassVar[bool] = False
 
-    def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
-        return build_spec(model, input_shape, self.classes)
-
     def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         return rng.normal(0, 1, (rows, *self.probe_input)).astype(np.float32)
 
@@ -194,9 +193,6 @@ class LanguageModeling(Task):
     def of(cls, classes: int, input_shape: tuple[int, ...],
            loss_floor: float | None = None) -> LanguageModeling:
         return cls(classes, input_shape[0], loss_floor)
-
-    def spec_for(self, model: str, input_shape: tuple[int, ...]) -> ModelSpec:
-        return build_spec(model, input_shape, self.classes)
 
     def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, self.classes, (rows, *self.probe_input), dtype=np.int64)

@@ -43,6 +43,7 @@ NON_NEGATIVE = Bounds(0)
 UNIT_INTERVAL = Bounds(0, 1, high_open=True)  # [0, 1): momentum, Adam's betas
 ACCURACY = Bounds(0, 1, low_open=True)  # (0, 1]
 CONTEXT = Bounds(1, 4096)  # tokens a row reads
+MODEL_SIZE = Bounds(1, 4096)  # the GPT's width, depth, heads
 VOCABULARY = Bounds(2, 512)  # the synthetic language's table has vocab**3 entries (1 GiB at 512)
 SEED = Bounds(0, 2**31 - 1)  # what every framework's generator takes (numpy refuses negatives)
 

@@ -16,7 +16,7 @@ from parbench.base.errors import Unavailable, UsageError
 from parbench.contract.data import DATASET_NAMES, NEEDS_DATA_DIR
 from parbench.contract.language import LANGUAGE_DATASETS
 from parbench.contract.optim import OPTIMIZERS, SCHEDULES, OptimizerSpec, scaled_lr
-from parbench.contract.spec import MODEL_NAMES, uses_batchnorm
+from parbench.contract.spec import MODEL_NAMES, SIZED_MODELS, build_spec, uses_batchnorm
 from parbench.contract.tasks import TASKS, task_of_dataset, task_of_model
 from parbench.run.modes import MODES, Modes, input_problem, refusal
 from parbench.run.registry import BACKENDS, Backend
@@ -25,6 +25,7 @@ from .bounds import (
     ACCURACY,
     AT_LEAST_ONE,
     CONTEXT,
+    MODEL_SIZE,
     NON_NEGATIVE,
     POSITIVE,
     SEED,
@@ -38,6 +39,7 @@ from .nodes import Nodes, NodesError, resolve_nodes
 
 ISOLATION_CHOICES = ("auto", "on", "off")
 DATASETS = (*DATASET_NAMES, *LANGUAGE_DATASETS)
+MODEL_SIZES = ("width", "depth", "heads")
 NEEDS_DATA_FILE = ("text",)  # --data-dir is the file itself
 
 
@@ -58,6 +60,9 @@ class RunConfig:
     model: str = "resnet"
     context: int | None = bounded(None, CONTEXT)  # token datasets: tokens a row reads (64)
     vocab: int | None = bounded(None, VOCABULARY)  # --dataset markov: its tokens (64)
+    width: int | None = bounded(None, MODEL_SIZE)  # --model gpt's sizes (64, 2 blocks, 4
+    depth: int | None = bounded(None, MODEL_SIZE)  # heads; see parbench.contract.spec)
+    heads: int | None = bounded(None, MODEL_SIZE)
     epochs: int | None = bounded(None, AT_LEAST_ONE)  # default 2 when neither is given
     steps: int | None = bounded(None, AT_LEAST_ONE)
     global_batch: int | None = bounded(None, POSITIVE)  # default 128 when neither is given
@@ -105,6 +110,10 @@ class RunConfig:
         key (``precision``, ``grad_accum``, ...) goes into ``modes``."""
         modes = {key: values.pop(key) for key in list(values) if key in MODES}
         return cls(**values, modes=Modes(**modes))
+
+    def model_sizes(self) -> dict[str, int]:
+        """The model sizes given (--width, --depth, --heads): what replaces the spec's."""
+        return {name: getattr(self, name) for name in MODEL_SIZES if getattr(self, name)}
 
     def as_dict(self) -> dict:
         """Flat keys, the modes among the other options: the record's ``config``."""
@@ -222,6 +231,15 @@ def _check_choices(cfg: RunConfig) -> None:
         raise UsageError(f"--model {cfg.model} is a {task.name} model; --dataset {cfg.dataset} "
                          f"is not {task.name} data (its datasets: {', '.join(task.datasets)})")
     _check_data_options(cfg)
+    sized = cfg.model_sizes()
+    if sized and cfg.model not in SIZED_MODELS:
+        raise UsageError(f"--{next(iter(sized))} is an option of --model "
+                         f"{' / '.join(SIZED_MODELS)}, not of --model {cfg.model}")
+    try:  # sizes that make no model (heads that do not divide the width), before any data
+        spec = build_spec(cfg.model, (1,), 2, sized) if sized else None
+        getattr(spec, "check", lambda: None)()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
 

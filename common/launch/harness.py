@@ -92,7 +92,7 @@ def prepare(cfg: RunConfig, shared: Path) -> Prepared:
     task = task_of_model(cfg.model).of(dataset.num_classes, dataset.input_shape,
                                        dataset.loss_floor)
     try:  # e.g. a vit patch that does not divide the dataset's images
-        spec = task.spec_for(cfg.model, dataset.input_shape)
+        spec = task.spec_for(cfg.model, dataset.input_shape, cfg.model_sizes())
     except ValueError as err:
         raise UsageError(str(err)) from None
     (shared / "data").mkdir(parents=True, exist_ok=True)
