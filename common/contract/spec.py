@@ -157,7 +157,8 @@ def build_spec(model: str, input_shape: tuple[int, ...], num_classes: int,
     spec = MODELS[model](input_shape, num_classes)
     if sizes:
         if model not in SIZED_MODELS:
-            raise ValueError(f"--model {model} takes no sizes ({', '.join(sorted(sizes))})")
+            raise ValueError(f"--{next(iter(sizes))} is an option of --model "
+                             f"{' / '.join(SIZED_MODELS)}, not of --model {model}")
         spec = replace(spec, **sizes, mlp_width=4 * sizes.get("width", spec.width))
     if isinstance(spec, ViTSpec | GPTSpec):
         spec.check()

@@ -16,8 +16,8 @@ from parbench.base.errors import Unavailable, UsageError
 from parbench.contract.data import DATASET_NAMES, NEEDS_DATA_DIR
 from parbench.contract.language import LANGUAGE_DATASETS
 from parbench.contract.optim import OPTIMIZERS, SCHEDULES, OptimizerSpec, scaled_lr
-from parbench.contract.spec import MODEL_NAMES, SIZED_MODELS, build_spec, uses_batchnorm
-from parbench.contract.tasks import TASKS, task_of_dataset, task_of_model
+from parbench.contract.spec import MODEL_NAMES, build_spec, uses_batchnorm
+from parbench.contract.tasks import task_of_dataset, task_of_model
 from parbench.run.modes import MODES, Modes, input_problem, refusal
 from parbench.run.registry import BACKENDS, Backend
 
@@ -99,10 +99,12 @@ class RunConfig:
     def __post_init__(self) -> None:
         """What is not given takes the default of the model's task (an unknown model is
         refused later, by resolve)."""
-        task = next((t for t in TASKS.values() if self.model in t.models), None)
-        if task is not None:
-            self.dataset = task.default_dataset if self.dataset is None else self.dataset
-            self.optimizer = task.default_optimizer if self.optimizer is None else self.optimizer
+        try:
+            task = task_of_model(self.model)
+        except ValueError:
+            return
+        self.dataset = task.default_dataset if self.dataset is None else self.dataset
+        self.optimizer = task.default_optimizer if self.optimizer is None else self.optimizer
 
     @classmethod
     def of(cls, **values) -> RunConfig:
@@ -231,15 +233,11 @@ def _check_choices(cfg: RunConfig) -> None:
         raise UsageError(f"--model {cfg.model} is a {task.name} model; --dataset {cfg.dataset} "
                          f"is not {task.name} data (its datasets: {', '.join(task.datasets)})")
     _check_data_options(cfg)
-    sized = cfg.model_sizes()
-    if sized and cfg.model not in SIZED_MODELS:
-        raise UsageError(f"--{next(iter(sized))} is an option of --model "
-                         f"{' / '.join(SIZED_MODELS)}, not of --model {cfg.model}")
-    try:  # sizes that make no model (heads that do not divide the width), before any data
-        spec = build_spec(cfg.model, (1,), 2, sized) if sized else None
-        getattr(spec, "check", lambda: None)()
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    if cfg.model_sizes():  # sizes of another model, or that make none, before any data
+        try:
+            build_spec(cfg.model, (1,), 2, cfg.model_sizes())
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
 
