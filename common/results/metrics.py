@@ -62,6 +62,11 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
         "time_to_target_s": reached[0] if reached else None,
         "peak_rss_mb": [log.peak_rss_mb for log in logs],
         "peak_device_mb": devices or None,
+        # every device's state, in rank order (None where the framework does not count it);
+        # one step's collectives are alike on every rank, so rank 0's
+        "state_bytes": None if None in (held := [log.state_bytes for log in logs])
+        else [device for devices_held in held for device in devices_held],
+        "communication": logs[0].communication,
         "nodes": per_node(logs, first_steady),
     }
 

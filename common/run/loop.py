@@ -34,6 +34,7 @@ from parbench.contract.weights import save_weights
 
 from .collect import collect_rank_files
 from .feeds import ArrayFeed, Feed, FeedLog, run_length
+from .footprint import Communication, StateBytes
 from .job import FAULT_ENV, Job, write_error
 from .modes import Observed, check_observed
 from .profiling import Session, StepProfiler
@@ -82,6 +83,14 @@ class Strategy(Protocol):
     def observed(self) -> Observed:
         """What the run modes did (see parbench.run.modes); valid once the first step ran."""
 
+    def state_bytes(self) -> list[StateBytes] | None:
+        """The training state each device of this process holds (after the first step), or
+        None where the framework's strategies do not count it."""
+
+    def communication(self) -> Communication | None:
+        """What one training step's collectives carry per device (valid after the first step),
+        or None where the framework's strategies do not count it."""
+
     def native_feed(self, job: Job, data: Dataset) -> Feed:
         """--input native: this process's batches from its framework's own loader, each
         carrying the training-set indices of its rows (see parbench.run.feeds)."""
@@ -104,6 +113,8 @@ class RankLog:
     host: str = ""  # the machine's host name
     node: int = 0  # the node of a multi-node run
     diverged_step: int | None = None  # the step after which training stopped: a loss not finite
+    state_bytes: list[dict] | None = None  # asdict(StateBytes) per device, after step 0
+    communication: dict | None = None  # asdict(Communication) of one step
 
 
 def inject_test_fault(rank: int, step: int) -> None:
@@ -131,8 +142,7 @@ def evaluate_test_set(strategy: Strategy, data: Dataset, task: Task, step: int,
     start = time.perf_counter()
     rows = eval_slice(len(data.y_test), strategy.num_processes, strategy.rank)
     counts = np.zeros(task.count_size)
-    for begin in range(rows.start, rows.stop, EVAL_CHUNK):
-        end = min(begin + EVAL_CHUNK, rows.stop)
+    for begin, end in eval_chunks(rows, len(data.y_test), strategy.num_processes):
         labels = np.asarray(data.y_test[begin:end])
         outputs, loss_sum = strategy.evaluate(np.asarray(data.x_test[begin:end]), labels)
         counts += task.eval_counts(labels, outputs, loss_sum)
@@ -140,6 +150,16 @@ def evaluate_test_set(strategy: Strategy, data: Dataset, task: Task, step: int,
     totals = strategy.all_reduce_sum(counts)
     return {"step": step + 1, **task.eval_scores(totals), "train_s": train_s,
             "eval_s": time.perf_counter() - start, "score_s": score_s}
+
+
+def eval_chunks(rows: range, total: int, processes: int) -> list[tuple[int, int]]:
+    """``rows`` in chunks of at most EVAL_CHUNK, as many on every process (the largest part's
+    count; a chunk may be empty): a sharded model gathers its parameters in every forward, a
+    collective that every process must join."""
+    largest = -(-total // processes)
+    count = max(1, -(-largest // EVAL_CHUNK))
+    bounds = np.linspace(rows.start, rows.stop, count + 1).round().astype(int)
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
 
 
 def check_modes(job: Job, strategy: Strategy) -> None:
@@ -219,6 +239,7 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
             session.done(index)
         if index == 0:
             check_modes(job, strategy)
+            log.state_bytes, log.communication = footprint(strategy)
         log.step_s.append(elapsed)
         log.losses.append(float(loss))
         train_s += elapsed
@@ -231,6 +252,14 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
     progress.update(len(log.step_s), force=True)
     log.profile = session.result() if session else None
     return finish_rank_log(job, strategy, log, fed)
+
+
+def footprint(strategy: Strategy) -> tuple[list[dict] | None, dict | None]:
+    """The state this process's devices hold and what a step's collectives carry, for the
+    log (taken after the first step, when the optimizer's state exists)."""
+    held, moved = strategy.state_bytes(), strategy.communication()
+    return (None if held is None else [asdict(device) for device in held],
+            None if moved is None else asdict(moved))
 
 
 def all_finite(strategy: Strategy, loss: float) -> bool:
@@ -261,6 +290,8 @@ def finish_rank_log(job: Job, strategy: Strategy, log: RankLog, fed: FeedLog) ->
 
 
 def write_rank_log(job: Job, strategy: Strategy, log: RankLog) -> None:
-    if job.save_weights and strategy.rank == 0:
-        save_weights(job.path / "final_weights.npz", strategy.export_weights())
+    if job.save_weights:  # every rank exports: a sharded strategy gathers the whole tensors
+        weights = strategy.export_weights()
+        if strategy.rank == 0:
+            save_weights(job.path / "final_weights.npz", weights)
     write_atomic(job.path / f"rank{strategy.rank}.json", json.dumps(asdict(log)).encode())

@@ -31,12 +31,13 @@ from parbench.contract.data import Dataset
 from parbench.contract.spec import ModelSpec
 from parbench.contract.weights import load_weights
 from parbench.run.feeds import Feed
+from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Modes, Observed
 from parbench.run.profiling import StepProfiler
 from parbench.run.registry import get_backend
 
-from . import model, runtime, tasks, training
+from . import footprint, model, runtime, tasks, training
 from .layers import Params, Stats
 from .optim import Optimizer, make_optimizer
 from .training import LossOf, TrainState
@@ -82,6 +83,7 @@ class JaxStrategy(ABC):
         # step, then eval: each compiled on its first call; the counter sees recompilations
         self.compiles, self.traced = runtime.CompileCounter(), {}
         self.step = self.compile_step(devices)
+        self.batch_shapes: tuple | None = None  # the first batch's, kept by train_step
         self.eval_step = runtime.evaluation(self.spec, self.task, self.stacked_params,
                                             self.stacked_stats)
 
@@ -159,6 +161,8 @@ class JaxStrategy(ABC):
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         x, y = self.place_batch(x), self.place_batch(y)
+        if self.batch_shapes is None:  # what communication() lowers the step for
+            self.batch_shapes = jax.tree.map(_abstract, (x, y))
         with self.compiles.counting():
             self.state, loss = self.step(self.state, x, y, np.float32(lr))
         return self.host_loss(loss)
@@ -205,6 +209,18 @@ class JaxStrategy(ABC):
     def describe(self) -> dict:
         return runtime.describe(self.devices, self.settings, self.notes)
 
+    def state_bytes(self) -> list[StateBytes]:
+        return footprint.state_bytes(self.state, self.devices)
+
+    def communication(self) -> Communication:
+        """The collectives of the step's program, lowered again for the first batch's shapes
+        (outside the timed steps; the compile counter does not see it)."""
+        if self.modes.grad_accum > 1:
+            return Communication(footprint.NOT_COUNTED_ACCUMULATING, None)
+        lowered = self.step.lower(jax.tree.map(_abstract, self.state), *self.batch_shapes,
+                                  np.float32(0.0))
+        return footprint.collectives(lowered.compile().as_text(), len(self.devices))
+
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return values  # one process
 
@@ -221,3 +237,7 @@ class JaxStrategy(ABC):
     def teardown(self, failed: bool) -> None:
         pass  # no process group: the process's exit releases the devices
 
+
+def _abstract(array: jax.Array) -> jax.ShapeDtypeStruct:
+    """``array``'s shape, dtype and placement, for lowering a program without its values."""
+    return jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=array.sharding)

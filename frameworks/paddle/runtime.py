@@ -16,6 +16,7 @@ import paddle.distributed as dist
 from paddle import nn
 
 from parbench.base.devices import physical_gpu
+from parbench.run.footprint import StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Modes
 
@@ -172,3 +173,18 @@ def describe(devices: list[str], notes: list[str] | None = None, **extra) -> dic
             "nccl_version": str(paddle.version.nccl()) if gpu else None,
             "compute_threads": compute_threads(), "notes": notes or [], **extra}
 
+
+
+def tensor_bytes(tensors) -> int:
+    return sum(int(np.prod(t.shape)) * t.element_size() for t in tensors)
+
+
+def state_bytes(module: nn.Layer, optimizer: paddle.optimizer.Optimizer) -> StateBytes:
+    """The parameters, gradients and optimizer accumulators (momentum, Adam moments and beta
+    powers; AdamW's master weights where it keeps them) this process holds."""
+    params = module.parameters()
+    moments = [t for per_param in optimizer._accumulators.values() for t in per_param.values()]
+    masters = list(getattr(optimizer, "_master_weights", {}).values())
+    return StateBytes(parameters=tensor_bytes(params),
+                      gradients=tensor_bytes(p.grad for p in params if p.grad is not None),
+                      optimizer=tensor_bytes(moments + masters))

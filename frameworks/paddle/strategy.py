@@ -22,6 +22,7 @@ from paddle import nn
 
 from parbench.contract.data import Dataset
 from parbench.contract.weights import load_weights
+from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
 
@@ -31,6 +32,9 @@ from .model import build_model, export_weights, model_notes
 from .modes import ModelModes
 from .profile import StepProfiler
 from .tasks import loss_for
+
+NOT_COUNTED = ("not counted: paddle.DataParallel's gradient all-reduce is issued by its C++ "
+               "reducer, which exposes no per-collective hook")
 
 
 class PaddleStrategy(ABC):
@@ -110,6 +114,12 @@ class PaddleStrategy(ABC):
         """What --precision, --compile, --sync-bn and --grad-accum did on the first step, and
         how many steps --clip-grad-norm clipped."""
         return self.model_modes.observed(self.step.micro_batches, self.step.clipped_steps)
+
+    def state_bytes(self) -> list[StateBytes]:
+        return [runtime.state_bytes(self.module, self.optimizer)]
+
+    def communication(self) -> Communication:
+        return Communication(NOT_COUNTED, None)
 
     def profiler(self) -> StepProfiler:
         """--profile's steps, timed by phase (see profile.py)."""

@@ -69,6 +69,15 @@ def checked_replica_devices(strategy: tf.distribute.Strategy, model: keras.Model
     return devices
 
 
+def replica_bytes(strategy: tf.distribute.Strategy, variables: list, device: str) -> int:
+    """Bytes of the copies of ``variables`` that live on ``device`` (a mirrored variable has
+    one per replica; a Keras variable wraps its TF variable in ``.value``)."""
+    copies = (copy for variable in variables
+              for copy in strategy.experimental_local_results(getattr(variable, "value", variable)))
+    return sum(copy.shape.num_elements() * copy.dtype.size for copy in copies
+               if copy.device == device)
+
+
 PRECISION_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 

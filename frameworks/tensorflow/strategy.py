@@ -18,6 +18,7 @@ from parbench.contract.batches import eval_slice
 from parbench.contract.data import Dataset
 from parbench.contract.weights import load_weights
 from parbench.run.feeds import Feed
+from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
 
@@ -28,6 +29,9 @@ from .optimizers import make_optimizer
 from .profile import StepProfiler
 from .tasks import loss_for
 from .tfkeras import keras, tf
+
+NOT_COUNTED = ("not counted: tf.distribute's cross-device all-reduce runs inside the compiled "
+               "step's collective ops, which expose no per-collective byte count")
 
 
 class TFStrategy(ABC):
@@ -108,6 +112,20 @@ class TFStrategy(ABC):
         """What precision, compile, sync-bn and grad-accum really did in the traced step."""
         return runtime.observed(self.model, self.step.gradients, self.step.traced_micro_batches,
                                 self.optimizer)
+
+    def state_bytes(self) -> list[StateBytes]:
+        """Each replica's copies of the trainable variables and of the optimizer's (gradients
+        live only inside the compiled step)."""
+        return [StateBytes(parameters=runtime.replica_bytes(self.strategy,
+                                                            self.model.trainable_variables,
+                                                            device),
+                           gradients=0,
+                           optimizer=runtime.replica_bytes(self.strategy,
+                                                           self.optimizer.variables, device))
+                for device in self.devices]
+
+    def communication(self) -> Communication:
+        return Communication(NOT_COUNTED, None)
 
     def profiler(self) -> StepProfiler:
         """--profile's steps, split by timing extra compiled functions (see profile.py)."""

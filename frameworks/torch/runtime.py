@@ -124,8 +124,11 @@ class Step:
     def __init__(self, model: nn.Module, module: nn.Module, optimizer: torch.optim.Optimizer,
                  device: torch.device, modes: Modes, task_loss: TaskLoss,
                  no_sync: Callable[[], AbstractContextManager] = nullcontext,
-                 clip: float | None = None):
+                 clip: float | None = None, autocast_precision: str | None = None):
         self.model, self.module, self.optimizer, self.device = model, module, optimizer, device
+        # what autocast computes in: the run's precision, or fp32 where the strategy casts
+        # otherwise (FSDP's mixed-precision policy)
+        self.autocast_precision = autocast_precision or modes.precision
         self.modes, self.task_loss, self.no_sync, self.clip = modes, task_loss, no_sync, clip
         self.scaler = torch.amp.GradScaler(device.type, enabled=modes.precision == "fp16")
         self.probe = DtypeProbe(first_layer(module))
@@ -148,7 +151,7 @@ class Step:
         for index, (x_part, y_part) in enumerate(micro):
             last = index == len(micro) - 1  # DDP all-reduces only in the last backward
             with nullcontext() if last else self.no_sync():
-                with autocast(self.device, self.modes.precision):
+                with autocast(self.device, self.autocast_precision):
                     loss = self.task_loss.mean_loss(self.model(x_part), y_part) / parts
                 self.scaler.scale(loss).backward()
             total += loss.detach()

@@ -24,13 +24,18 @@ from torch import nn
 from parbench.contract.data import Dataset
 from parbench.contract.weights import load_weights
 from parbench.run.feeds import Feed
+from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
 
 from . import runtime
+from .footprint import CollectiveBytes, state_bytes
 from .model import build_model, export_weights
 from .profile import StepProfiler
 from .tasks import loss_for
+
+NOT_COUNTED_COMPILED = ("not counted under --compile: the dispatch mode that counts "
+                        "collectives would be traced into the compiled graphs")
 
 
 class TorchStrategy(ABC):
@@ -53,8 +58,10 @@ class TorchStrategy(ABC):
         self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
         self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
                                  self.modes, self.task_loss, no_sync=self.hold_gradients,
-                                 clip=job.optimizer_spec.clip_grad_norm)
+                                 clip=job.optimizer_spec.clip_grad_norm,
+                                 autocast_precision=self.autocast_precision)
         self.rank, self.num_processes = self.data_shard(job)
+        self.collectives: Communication | None = None  # counted on the first step
 
     @property
     def device(self) -> torch.device:
@@ -75,6 +82,11 @@ class TorchStrategy(ABC):
     def wrap(self, module: nn.Module) -> nn.Module:
         """What training calls: the module, compiled or wrapped by the strategy."""
 
+    @property
+    def autocast_precision(self) -> str:
+        """The precision the step's and evaluation's autocast computes in: the run's."""
+        return self.modes.precision
+
     def hold_gradients(self) -> AbstractContextManager:
         """Around the forward and backward of every micro-batch but the last: no gradient
         communication to pause here (DDP's no_sync)."""
@@ -92,7 +104,15 @@ class TorchStrategy(ABC):
         """--input native: this process's batches from a torch DataLoader (see input.py)."""
 
     def train_step(self, x: runtime.Rows, y: runtime.Rows, lr: float) -> float:
-        return self.step(x, y, lr)
+        if self.collectives is not None:
+            return self.step(x, y, lr)
+        if self.modes.compile:  # a dispatch mode would be traced into the compiled graphs
+            self.collectives = Communication(NOT_COUNTED_COMPILED, None)
+            return self.step(x, y, lr)
+        with CollectiveBytes() as counter:  # every step's collectives are the first one's
+            loss = self.step(x, y, lr)
+        self.collectives = counter.result()
+        return loss
 
     def evaluation_model(self) -> nn.Module:
         """What evaluation calls: the eager module (only training steps are compiled)."""
@@ -100,7 +120,7 @@ class TorchStrategy(ABC):
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
         return runtime.evaluate(self.evaluation_model(), x, y, self.device,
-                                self.modes.precision, self.task_loss)
+                                self.autocast_precision, self.task_loss)
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return values  # one process
@@ -117,6 +137,14 @@ class TorchStrategy(ABC):
 
     def describe(self) -> dict:
         return runtime.describe(self.devices)
+
+    def state_bytes(self) -> list[StateBytes]:
+        """The parameters, gradients and optimizer state this process holds (its one device's;
+        nn.DataParallel's replicas are rebuilt each step and hold no state between steps)."""
+        return [state_bytes(self.module, self.optimizer)]
+
+    def communication(self) -> Communication | None:
+        return self.collectives
 
     def observed(self) -> Observed:
         """What the run modes did on the first step, as Step saw it."""
