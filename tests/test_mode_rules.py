@@ -7,6 +7,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
+from parbench.results.records import SCHEMA_VERSION
 from parbench.run.modes import FIRST_SCHEMA, MODES, Modes, modes_schema, refusal
 from parbench.run.registry import BACKENDS
 
@@ -14,8 +15,8 @@ DEFAULTS = {name: mode.default for name, mode in MODES.items()}
 LATER = {name for name, mode in MODES.items() if mode.since > FIRST_SCHEMA}
 
 
-def valid(modes: dict, version: int = 6) -> bool:
-    entry, rules = modes_schema(6)
+def valid(modes: dict, version: int = SCHEMA_VERSION) -> bool:
+    entry, rules = modes_schema(SCHEMA_VERSION)
     schema = {"type": "object", "properties": {"schema_version": {}, "modes": entry},
               "allOf": rules}
     return jsonschema.Draft202012Validator(schema).is_valid(
@@ -46,13 +47,15 @@ def test_unknown_modes_and_missing_first_schema_modes_are_invalid() -> None:
 
 
 def test_later_modes_are_required_from_the_schema_that_first_carried_them() -> None:
-    assert LATER == {"input", "loader_workers"}
+    assert {name: MODES[name].since for name in LATER} == {
+        "input": 4, "loader_workers": 4, "reshard_after_forward": 8}
     without = {k: v for k, v in DEFAULTS.items() if k not in LATER}
     assert valid(without, version=FIRST_SCHEMA)
-    for version in (4, 5, 6):
-        assert not valid(without, version=version), version
-        for name in LATER:  # each of them, not only one
-            assert not valid({**without, name: DEFAULTS[name]}, version=version), name
+    for name in LATER:  # each of them, not only one
+        lacking = {k: v for k, v in DEFAULTS.items() if k != name}
+        assert valid(lacking, version=MODES[name].since - 1), name
+        for version in range(MODES[name].since, SCHEMA_VERSION + 1):
+            assert not valid(lacking, version=version), (name, version)
     assert valid(DEFAULTS, version=FIRST_SCHEMA)  # an older record may carry them too
 
 

@@ -22,7 +22,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .registry import Backend
+from .registry import BACKENDS, Backend
 
 ModeValue = bool | int | str
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -30,6 +30,7 @@ INPUTS = ("arrays", "native")
 # The dtype the first layer's activations must have on the first step, per --precision.
 COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 FIRST_SCHEMA = 3  # the record schema that introduced modes: every such record has its modes
+RESHARDING = [backend.name for backend in BACKENDS.values() if backend.reshards]
 
 
 @dataclass
@@ -43,6 +44,9 @@ class Observed:
     # --clip-grad-norm: steps so far whose global-batch gradient norm exceeded the limit
     # (None: the step does not clip)
     clipped_steps: int | None = None
+    # sharded data parallelism: whether the first sharded unit held its shards again right
+    # after its first training forward (None: nothing is sharded)
+    resharded_after_forward: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,14 @@ def _micro_batches_seen(grad_accum: ModeValue, seen: Observed) -> str | None:
     return f"--grad-accum {grad_accum} ran {seen.micro_batches} micro-batch(es) in the first step"
 
 
+def _reshard_seen(reshard: ModeValue, seen: Observed) -> str | None:
+    if seen.resharded_after_forward is None or seen.resharded_after_forward == (reshard == "yes"):
+        return None
+    state = "its shards" if seen.resharded_after_forward else "the gathered parameters"
+    return (f"--reshard-after-forward {reshard} but the first sharded layer held {state} after "
+            "its forward")
+
+
 MODES: dict[str, Mode] = {mode.name: mode for mode in (
     Mode("precision", "fp32", "fp32 (default); bf16 or fp16: autocast / mixed-precision policy "
          "(fp16 with loss scaling); the record states the dtype the first layer really "
@@ -160,6 +172,11 @@ MODES: dict[str, Mode] = {mode.name: mode for mode in (
     Mode("loader_workers", 0, "--input native: the loader's worker processes, where the "
          "framework's loader has them (0)", "loader workers", minimum=0, metavar="N", since=4,
          headline=False, label=lambda n: f"workers{n}" if n else ""),
+    Mode("reshard_after_forward", "yes", "sharded backends: yes (default) frees each layer's "
+         "gathered parameters after its forward and gathers them again for the backward "
+         "(ZeRO-3); no keeps them until the backward (ZeRO-2-like: one gather, more memory)",
+         "reshard", choices=("yes", "no"), since=8, headline=False,
+         label=lambda value: "" if value == "yes" else "noreshard", verify=_reshard_seen),
 )}
 
 
@@ -259,6 +276,10 @@ def refusal(backend: Backend, modes: Modes, gpus: int, devices: int) -> str | No
         return ("--sync-bn needs several devices: one device has no other BatchNorm "
                 "statistics to synchronize")
     asked, framework = set(modes.changed()), backend.info
+    if "reshard_after_forward" in asked and not backend.reshards:
+        return (f"{_spelled(modes, 'reshard_after_forward')} is not available for "
+                f"{backend.name}: only a sharded backend that lets you choose when parameters "
+                f"are freed has it ({', '.join(RESHARDING)})")
     for mode in sorted(asked):
         why = backend.refusals.get(mode) or framework.refusals.get(mode)
         if why is None and not gpus:

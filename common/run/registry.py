@@ -40,6 +40,9 @@ class Backend:
     refusals: dict[str, str] = field(default_factory=dict)  # mode -> why this backend can't
     launcher_refusals: dict[str, str] = field(default_factory=dict)  # launcher -> why not
     profile_refusal: str | None = None  # why --profile cannot split its step
+    # parameters, gradients and optimizer state sharded over the devices (FSDP, ZeRO)
+    sharded: bool = False
+    reshards: bool = False  # --reshard-after-forward chooses when it frees gathered parameters
 
     @property
     def info(self) -> Framework:
@@ -177,7 +180,9 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                     "eagerly), and replicating a compiled module instead empties the "
                     "original's parameters (use torch-ddp)"}),
         Backend("torch-ddp", "torch", "DistributedDataParallel", f"{_T}.ddp",
-                ("torchrun", "spawn"), parallel=True)),
+                ("torchrun", "spawn"), parallel=True),
+        Backend("torch-fsdp", "torch", "FSDP2 (fully_shard)", f"{_T}.fsdp",
+                ("torchrun", "spawn"), parallel=True, sharded=True, reshards=True)),
         gpu_only={"sync_bn": "nn.SyncBatchNorm needs CUDA (it raises ValueError on CPU)"},
         profile_note="under DDP communication overlaps backward (it is inside it, not added)"),
     Framework("tensorflow", "tensorflow", "tensorflow", (
@@ -223,7 +228,10 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         Backend("jax-pmap", "jax", "pmap", f"{_JX}.pmap", ("python",), parallel=True,
                 one_process=True, profile_refusal=JAX_PROFILE),
         Backend("jax-sharded", "jax", "jit+NamedSharding", f"{_JX}.sharded", ("python",),
-                parallel=True, one_process=True, profile_refusal=JAX_PROFILE)),
+                parallel=True, one_process=True, profile_refusal=JAX_PROFILE),
+        Backend("jax-fsdp", "jax", "jit+NamedSharding (sharded state)", f"{_JX}.fsdp",
+                ("python",), parallel=True, one_process=True, profile_refusal=JAX_PROFILE,
+                sharded=True)),
         refusals={"compile": "JAX always compiles: every training step is one jax.jit "
                   "(jax-single, jax-sharded) or jax.pmap (jax-pmap) program, compiled by XLA on "
                   "its first call, so --compile would change nothing (the record's "

@@ -110,6 +110,17 @@ def first_layer(model: nn.Module) -> nn.Module:
     raise TypeError(f"no first layer known for {type(model).__name__}")
 
 
+def sharding_units(model: nn.Module) -> list[nn.Module]:
+    """The layers sharded data parallelism gathers one at a time, before the rest of the model
+    (the root's unit): the residual blocks of the resnet, the transformer blocks of the ViT and
+    the GPT, the hidden layers of the MLP (none when it has only its head)."""
+    if isinstance(model, MLP):
+        return list(model.hidden)
+    if isinstance(model, ResNet | ViT | GPT):
+        return list(model.blocks)
+    raise TypeError(f"no sharding units known for {type(model).__name__}")
+
+
 def export_weights(model: nn.Module) -> dict[str, np.ndarray]:
     return {name: tensor.detach().cpu().numpy().copy()
             for name, tensor in model.state_dict().items()
