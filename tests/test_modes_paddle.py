@@ -43,7 +43,8 @@ def test_plain_run_observes_float32_and_scores_its_predictions(tmp_path):
     record = run_digits(tmp_path, "paddle-single")  # resnet with BatchNorm
     metrics = record["metrics"]
     assert record["modes"] == {"precision": "fp32", "compile": False, "sync_bn": False,
-                               "grad_accum": 1, "input": "arrays", "loader_workers": 0}
+                               "grad_accum": 1, "input": "arrays", "loader_workers": 0,
+                               "reshard_after_forward": "yes"}
     assert metrics["compute_dtype"] == "float32"
     assert metrics["compiled_graphs"] is None and metrics["sync_bn_layers"] == 0
     assert metrics["micro_batches"] == 1

@@ -92,7 +92,8 @@ def test_bf16_run_computes_in_bfloat16_and_scores_every_row(tmp_path):
                     DATASET, "--global-batch", "32")
     metrics = record["metrics"]
     assert record["modes"] == {"precision": "bf16", "compile": False, "sync_bn": False,
-                               "grad_accum": 1, "input": "arrays", "loader_workers": 0}
+                               "grad_accum": 1, "input": "arrays", "loader_workers": 0,
+                               "reshard_after_forward": "yes"}
     assert metrics["compute_dtype"] == "bfloat16"  # the stem's output in the traced step
     assert metrics["compiled_graphs"] is None and metrics["micro_batches"] == 1
     assert np.isfinite(metrics["loss_curve"]).all()

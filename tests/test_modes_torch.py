@@ -45,7 +45,8 @@ def test_precision_is_the_dtype_the_first_layer_computed_in(tmp_path, precision,
                         *(("--precision", precision) if precision != "fp32" else ()))
     metrics = record["metrics"]
     assert record["modes"] == {"precision": precision, "compile": False, "sync_bn": False,
-                               "grad_accum": 1, "input": "arrays", "loader_workers": 0}
+                               "grad_accum": 1, "input": "arrays", "loader_workers": 0,
+                               "reshard_after_forward": "yes"}
     assert metrics["compute_dtype"] == dtype
     assert metrics["compiled_graphs"] is None and metrics["sync_bn_layers"] == 0
     assert metrics["micro_batches"] == 1

@@ -32,6 +32,8 @@ def language_record(backend: str, devices: int, repeat: int, tokens_per_s: float
                "tokens": 512 * CONTEXT, "loss_floor": FLOOR, "floor_gap": loss - FLOOR,
                "compute_dtype": "float32", "compiled_graphs": None, "sync_bn_layers": 0,
                "micro_batches": 1, "input": INPUT,
+               "state_bytes": [{"parameters": 400, "gradients": 400, "optimizer": 800}] * devices,
+               "communication": {"method": "counted", "bytes": {"all-reduce": 400 * (devices > 1)}},
                "nodes": [{"node": 0, "host": "h", "ranks": list(range(devices)),
                           "step_time_ms": base["metrics"]["step_time_ms"], "score_s": 0.1,
                           "data_wait_ms": 0.0}]}
@@ -39,7 +41,8 @@ def language_record(backend: str, devices: int, repeat: int, tokens_per_s: float
             "model": "gpt", "dataset": "markov", "metrics": metrics, "nnodes": 1,
             "node_rank": 0, "hosts": ["h"] * devices, "variant": {"threads": 1, "nnodes": 1},
             "modes": {"precision": "fp32", "compile": False, "sync_bn": False,
-                      "grad_accum": 1, "input": "arrays", "loader_workers": 0},
+                      "grad_accum": 1, "input": "arrays", "loader_workers": 0,
+                      "reshard_after_forward": "yes"},
             "env": {**base["env"], "network_isolated": False, "load_1m_start": 0.1,
                     "load_1m_end": 0.1, "other_cpu_s": 0.0}}
 

@@ -167,10 +167,14 @@ def _marks(rows: list[Row]) -> list[str]:
 def _table(caption: str, headers: tuple[str, ...], rows: list[dict[str, Cell]],
            marks: list[str] | None = None) -> Table:
     """The table of ``rows``; a mode column with one value in every row is said in the note
-    instead (a report of plain runs shows no mode columns, only 'every row: fp32, ...')."""
+    instead (a report of plain runs shows no mode columns, only 'every row: fp32, ...'), and not
+    at all when it applies to none of them."""
     same = [h for h in headers if h in MODE_COLUMNS and rows
             and len({cell_text(row[h]) for row in rows}) == 1]
-    empty = [h for h in headers if h in OPTIONAL and all(row[h] is None for row in rows)]
+    # a mode that applies to no row's backend ("-" in every row) is not said at all
+    empty = [h for h in headers if h in OPTIONAL and all(row[h] is None for row in rows)] + \
+        [h for h in same if cell_text(rows[0][h]) == "-"]
+    same = [h for h in same if h not in empty]
     shown = tuple(h for h in headers if h not in same and h not in empty)
     table = Table(caption, shown, [[cell_text(row[h]) for h in shown] for row in rows],
                   marks or [""] * len(rows))

@@ -60,8 +60,10 @@ def nodes_of(record: dict) -> int:
     return record.get("nnodes", 1)
 
 
-def mode_cells(modes: Modes) -> dict[str, Cell]:
-    return {mode.column: mode.cell(getattr(modes, name)) for name, mode in MODES.items()}
+def mode_cells(modes: Modes, backend: str) -> dict[str, Cell]:
+    """The modes' cells of a row of ``backend`` ("-" where a mode does not apply to it)."""
+    return {mode.column: mode.cell(getattr(modes, name), BACKENDS.get(backend))
+            for name, mode in MODES.items()}
 
 
 @dataclass
@@ -172,7 +174,7 @@ def _time_to_target(row: Row) -> float | None:
 
 def _key_cells(row: Row) -> dict[str, Cell]:
     return {"backend": row.backend, "devices": row.devices_cell, "launcher": row.launcher,
-            **mode_cells(row.modes)}
+            **mode_cells(row.modes, row.backend)}
 
 
 def _cells(row: Row) -> dict[str, Cell]:

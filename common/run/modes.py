@@ -69,6 +69,8 @@ class Mode:
     matters_on_one_device: bool = True
     # the first step's evidence that it took effect: the problem, or None
     verify: Callable[[ModeValue, Observed], str | None] | None = None
+    # the backends it means something for (None: every backend); elsewhere its cell is "-"
+    applies: Callable[[Backend], bool] | None = None
 
     @property
     def flag(self) -> str:
@@ -94,8 +96,11 @@ class Mode:
             return f"{self.flag} must be {least}, got {value}"
         return None
 
-    def cell(self, value: ModeValue) -> str | int:
-        """Its cell in the report: yes/no for a switch, the value otherwise."""
+    def cell(self, value: ModeValue, backend: Backend | None = None) -> str | int:
+        """Its cell in the report: yes/no for a switch, the value otherwise, "-" on a backend
+        it does not apply to."""
+        if self.applies and backend and not self.applies(backend):
+            return "-"
         if self.kind is bool:
             return "yes" if value else "no"
         return value
@@ -176,7 +181,8 @@ MODES: dict[str, Mode] = {mode.name: mode for mode in (
          "gathered parameters after its forward and gathers them again for the backward "
          "(ZeRO-3); no keeps them until the backward (ZeRO-2-like: one gather, more memory)",
          "reshard", choices=("yes", "no"), since=8, headline=False,
-         label=lambda value: "" if value == "yes" else "noreshard", verify=_reshard_seen),
+         label=lambda value: "" if value == "yes" else "noreshard", verify=_reshard_seen,
+         applies=lambda backend: backend.reshards),
 )}
 
 
