@@ -50,8 +50,10 @@ class FullySharded(Sharded):
     def state_placement(self) -> TrainState:
         return self.placement
 
-    def stats_note(self) -> str:
-        return f"{self.sharding_note}; {super().stats_note()}"
+    def describe(self) -> dict:
+        """The record's notes say how many parameter arrays are split (its state_bytes, how
+        much each device holds)."""
+        return runtime.describe(self.devices, self.settings, [*self.notes, self.sharding_note])
 
     # --- data shard: device d gets block d of each global batch (jax-sharded's)
 
