@@ -188,6 +188,13 @@ def test_gpu_acceptance_finds_what_a_gpu_record_gets_wrong_and_runs_nothing_with
         "collectives not on NCCL (gloo None None)",
         "2 devices on GPUs ['0', '0']: not one GPU each",
         "DataParallel device 0 holds no more memory than device 1: [300.0, 900.0]"]
+    sharded = json.loads(json.dumps(good))
+    sharded.update(backend="torch-fsdp")
+    sharded["metrics"]["state_bytes"] = [{"parameters": 50, "gradients": 50, "optimizer": 100}] * 2
+    assert problems(sharded, ["--precision", "bf16"]) == []
+    sharded["metrics"]["state_bytes"][1] = {"parameters": 100, "gradients": 100, "optimizer": 200}
+    assert problems(sharded, ["--precision", "bf16"]) == [
+        "optimizer state per rank [100, 200]: not sharded over 2 ranks"]
     if gpu_count():
         return  # the no-GPU branch below is this machine's only when it has none
     script = Path(__file__).parents[1] / "benchmarks" / "gpu_acceptance.sh"

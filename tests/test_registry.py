@@ -12,6 +12,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
+from conftest import parbench
+from parbench.base.devices import gpu_count
 from parbench.run.registry import BACKENDS, FRAMEWORKS, LAUNCHERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,3 +130,17 @@ def test_a_framework_added_to_the_registry_reaches_every_derived_table():
     assert "dummy" in seen["schema"] and seen["single"] == "dummy-single"
     assert seen["order"] == "dummy" and seen["world"] == 2
     assert seen["refused"] == "--compile is not available for dummy-single: dummy has no compiler"
+
+
+@pytest.mark.skipif(gpu_count() > 0, reason="with GPUs paddle-sharding runs (gpu_acceptance)")
+def test_sharding_a_framework_cannot_do_here_is_refused_with_its_reason(tmp_path):
+    done = parbench("run", "paddle-sharding", "--devices", "2", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert done.stderr.strip().splitlines() == [
+        f"parbench: error: paddle-sharding {BACKENDS['paddle-sharding'].missing_reason()}"]
+    assert "group_sharded_parallel only support gpu, xpu" in done.stderr
+    listed = parbench("list").stdout.splitlines()
+    assert any(line.startswith("paddle-sharding") and "unavailable: needs GPUs" in line
+               for line in listed)
+    # a framework with no sharded data parallelism at all says why
+    assert f"tensorflow: no sharded backend: {FRAMEWORKS['tensorflow'].no_sharding}" in listed

@@ -108,6 +108,9 @@ def cmd_list(_args: argparse.Namespace) -> int:
         state = "available" if reason is None else f"unavailable: {reason}"
         print(f"{backend.name:<20} {backend.strategy:<30} launchers "
               f"{'/'.join(backend.launchers):<16} {state}")
+    for framework in FRAMEWORKS.values():
+        if framework.no_sharding:
+            print(f"{framework.name}: no sharded backend: {framework.no_sharding}")
     return 0
 
 

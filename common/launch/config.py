@@ -195,6 +195,8 @@ def _available_devices(backend: Backend) -> tuple[int, str]:
 
 
 def _world_size(cfg: RunConfig, backend: Backend) -> int:
+    if backend.gpu_only and not gpu_count():
+        raise Unavailable(f"{backend.name} {backend.missing_reason()}")
     devices = cfg.devices if cfg.devices is not None else (2 if backend.parallel else 1)
     if devices > 1 and not backend.parallel:
         raise UsageError(f"{backend.name} runs on one device; use --devices 1")
@@ -330,6 +332,9 @@ def _modes(cfg: RunConfig, backend: Backend, devices: int, per_device_batch: int
     if wrong:
         raise UsageError(wrong)
     why = refusal(backend, cfg.modes, gpu_count(), devices)
+    clip_refused = backend.refusals.get("clip_grad_norm")
+    if not why and cfg.clip_grad_norm is not None and clip_refused:
+        why = f"--clip-grad-norm is not available for {backend.name}: {clip_refused}"
     if why:
         raise Unavailable(why)
     return cfg.modes

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
+from parbench.base.devices import gpu_count
 from parbench.base.ports import LOCALHOST, free_port
 
 
@@ -43,6 +44,8 @@ class Backend:
     # parameters, gradients and optimizer state sharded over the devices (FSDP, ZeRO)
     sharded: bool = False
     reshards: bool = False  # --reshard-after-forward chooses when it frees gathered parameters
+    replicated_twin: str | None = None  # a sharded backend's replicated counterpart
+    gpu_only: str | None = None  # why it runs on GPUs only (refused on a machine without)
 
     @property
     def info(self) -> Framework:
@@ -50,6 +53,8 @@ class Backend:
 
     def missing_reason(self) -> str | None:
         """Why this backend cannot run in this environment, or None if it can."""
+        if self.gpu_only and not gpu_count():
+            return f"needs GPUs, this machine has none: {self.gpu_only}"
         return self.info.missing_reason()
 
     def load(self) -> ModuleType:
@@ -66,6 +71,7 @@ class Framework:
     gpu_only: dict[str, str] = field(default_factory=dict)  # mode -> why it needs GPUs
     gpu_only_pairs: dict[tuple[str, str], str] = field(default_factory=dict)  # two modes
     profile_note: str | None = None  # what its --profile phases include, for the report
+    no_sharding: str | None = None  # why it has no sharded backend (on this kind of machine)
 
     @property
     def single(self) -> str:
@@ -163,6 +169,16 @@ NO_CPU_AMP = ("Paddle AMP has no effect on CPU: under paddle.amp.auto_cast to bf
               "float16 a Conv2D's and a Linear's outputs stay float32, eagerly and under "
               "to_static, with only a warning that AMP needs a CUDA, XPU or custom place "
               "(measured, Paddle 3.3.1)")
+PADDLE_SHARDING = ("paddle.distributed.sharding.group_sharded_parallel asserts a GPU, XPU or "
+                   "custom device ('group_sharded_parallel only support gpu, xpu and "
+                   "custom_device now', Paddle 3.3.1)")
+# What paddle-sharding refuses: parbench could not run it here (no GPU), so a mode that changes
+# what group_sharded_parallel wraps is refused rather than assumed to work
+PADDLE_SHARDING_UNVERIFIED = {
+    "compile": "to_static around a group-sharded layer",
+    "grad_accum": "its gradient buffers would need the stage's no_sync",
+    "precision": "fp16 needs the scaler passed to group_sharded_parallel",
+    "input": "the distributed loader with a sharded model"}
 JAX_PROFILE = ("XLA compiles forward, backward and the update into one program, so parbench "
                "cannot time them apart; use jax.profiler around a run")
 
@@ -182,7 +198,8 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         Backend("torch-ddp", "torch", "DistributedDataParallel", f"{_T}.ddp",
                 ("torchrun", "spawn"), parallel=True),
         Backend("torch-fsdp", "torch", "FSDP2 (fully_shard)", f"{_T}.fsdp",
-                ("torchrun", "spawn"), parallel=True, sharded=True, reshards=True)),
+                ("torchrun", "spawn"), parallel=True, sharded=True, reshards=True,
+                replicated_twin="torch-ddp")),
         gpu_only={"sync_bn": "nn.SyncBatchNorm needs CUDA (it raises ValueError on CPU)"},
         profile_note="under DDP communication overlaps backward (it is inside it, not added)"),
     Framework("tensorflow", "tensorflow", "tensorflow", (
@@ -209,14 +226,26 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                         "inside the XLA-compiled gradient function is a cross-replica "
                         "merge_call, which TensorFlow refuses inside a nested function unless "
                         "every device is a GPU"},
-        profile_note="phases are estimates by subtraction of separately compiled functions"),
+        profile_note="phases are estimates by subtraction of separately compiled functions",
+        no_sharding="tf.distribute has no sharded data parallelism: MirroredStrategy and "
+        "MultiWorkerMirroredStrategy keep a whole copy of every variable on each replica "
+        "(ParameterServerStrategy puts variables on parameter servers, another architecture), "
+        "and Keras 3's distribution API (keras.distribution.ModelParallel) is implemented for "
+        "the JAX backend only (keras-io, guides/distribution.py)"),
     Framework("paddle", "paddle", "paddle", (
         Backend("paddle-single", "paddle", "single", f"{_PD}.single", ("python",),
                 parallel=False),
         Backend("paddle-spawn", "paddle", "DataParallel", f"{_PD}.spawn", ("spawn",),
                 parallel=True),
         Backend("paddle-launch", "paddle", "DataParallel", f"{_PD}.launch", ("paddle-launch",),
-                parallel=True)),
+                parallel=True),
+        Backend("paddle-sharding", "paddle", "group_sharded_parallel (ZeRO)", f"{_PD}.sharding",
+                ("paddle-launch",), parallel=True, sharded=True, reshards=True,
+                replicated_twin="paddle-launch", gpu_only=PADDLE_SHARDING,
+                refusals={mode: f"not verified with group_sharded_parallel: {why}" for mode, why
+                          in PADDLE_SHARDING_UNVERIFIED.items()} | {
+                    "clip_grad_norm": "the shared global-norm clip would take each rank's norm "
+                    "of its own gradient shards; Paddle's sharded clip is not wired in"})),
         gpu_only={"sync_bn": "paddle.nn.SyncBatchNorm has no CPU kernel (its forward raises "
                   "'The kernel `sync_batch_norm` is not registered', measured on Paddle 3.3.1)",
                   "precision": NO_CPU_AMP},
@@ -231,7 +260,7 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                 parallel=True, one_process=True, profile_refusal=JAX_PROFILE),
         Backend("jax-fsdp", "jax", "jit+NamedSharding (sharded state)", f"{_JX}.fsdp",
                 ("python",), parallel=True, one_process=True, profile_refusal=JAX_PROFILE,
-                sharded=True)),
+                sharded=True, replicated_twin="jax-sharded")),
         refusals={"compile": "JAX always compiles: every training step is one jax.jit "
                   "(jax-single, jax-sharded) or jax.pmap (jax-pmap) program, compiled by XLA on "
                   "its first call, so --compile would change nothing (the record's "

@@ -30,10 +30,11 @@ def remove_environment_dumps(log_dir: Path, local_rank: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def build(job: Job) -> DataParallelStrategy:
-    """The strategy, then this rank's dumps deleted: its process group is up, so Paddle no
-    longer reads them."""
-    strategy = DataParallelStrategy(job)
+def build(job: Job, strategy_class: type[DataParallelStrategy] = DataParallelStrategy
+          ) -> DataParallelStrategy:
+    """The strategy (paddle-launch's, or another started by the same launcher), then this
+    rank's dumps deleted: its process group is up, so Paddle no longer reads them."""
+    strategy = strategy_class(job)
     remove_environment_dumps(Path(os.environ["PADDLE_LOG_DIR"]),
                              int(os.environ["PADDLE_LOCAL_RANK"]))
     return strategy

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
+import paddle
 from paddle import nn
 
 from parbench.contract.data import Dataset
@@ -56,6 +57,7 @@ class PaddleStrategy(ABC):
         self.model_modes = ModelModes(self.module, self.modes, replicas=self.num_processes)
         self.model: nn.Layer = self.wrap(self.module)
         self.optimizer = optim.make_optimizer(self.module, job.optimizer_spec, job.spec)
+        self.model, self.optimizer = self.shard(self.model, self.optimizer)
         self.step = runtime.TrainStep(self.model, self.optimizer, self.modes, self.task_loss,
                                       optim.clipper(self.module, job.optimizer_spec),
                                       no_sync=self.hold_gradients)
@@ -76,6 +78,12 @@ class PaddleStrategy(ABC):
     @abstractmethod
     def wrap(self, module: nn.Layer) -> nn.Layer:
         """What training calls: the module (its run modes applied), wrapped by the strategy."""
+
+    def shard(self, model: nn.Layer, optimizer: paddle.optimizer.Optimizer
+              ) -> tuple[nn.Layer, paddle.optimizer.Optimizer]:
+        """The model and optimizer as the step uses them: as they are (a sharded strategy
+        splits the optimizer state, the gradients and perhaps the parameters here)."""
+        return model, optimizer
 
     def hold_gradients(self) -> AbstractContextManager:
         """Around the forward and backward of every micro-batch but the last: no gradient
