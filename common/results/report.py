@@ -32,6 +32,9 @@ from .rows import (
     build_groups,
     throughput_column,
 )
+from .sharding import COLUMNS as SHARDING_COLUMNS
+from .sharding import NOTES as SHARDING_NOTES
+from .sharding import sharded_pairs, sharding_cells, trade_line
 
 OPTIONAL = ("data wait %",)  # left out of a table where no row has it (older records)
 ENVIRONMENT = ("spec", *RUN_KEY, "runs", "python", "OS", "CPU", "cores", "threads/worker",
@@ -232,6 +235,15 @@ def _methods(groups: list[Group]) -> list[str]:
             *(load if unknown else [])]
 
 
+def _sharding(groups: list[tuple[Group, list[tuple[Row, Row]]]]) -> Section:
+    """Each spec's sharded rows beside their replicated twins, and the trade of each pair."""
+    tables = [_table(g.title, SHARDING_COLUMNS,
+                     [sharding_cells(row) for pair in pairs for row in pair])
+              for g, pairs in groups if pairs]
+    lines = [trade_line(*pair) for _, pairs in groups for pair in pairs]
+    return Section("Sharded against replicated", None, tables, [*SHARDING_NOTES, *lines])
+
+
 def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
     """(title, intro, sections): what the Markdown and the HTML report both show, top-down:
     the headline, each spec's tables (Per node only where a run spanned nodes), the profiled
@@ -254,6 +266,11 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
                _marks(g.rows)),
         *_per_node(g)])
         for g in plain]
+    sharded = [(g, sharded_pairs(g.rows)) for g in plain]
+    if any(pairs for _, pairs in sharded):
+        sections.append(_sharding(sharded))
+        sections[0].notes.append("Sharded data parallelism: " + " ".join(
+            trade_line(*pair) for _, pairs in sharded for pair in pairs))
     diverged = [g for g in groups if g.diverged]
     if diverged:
         sections.append(Section("Diverged runs", None, [
