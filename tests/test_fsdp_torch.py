@@ -96,5 +96,6 @@ def test_the_reshard_flag_is_refused_where_it_means_nothing(tmp_path, backend, d
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"parbench: error: --reshard-after-forward no is not available for {backend}: only a "
-        "sharded backend that lets you choose when parameters are freed has it (torch-fsdp)"]
+        "sharded backend that lets you choose when parameters are freed has it (torch-fsdp, "
+        "paddle-sharding)"]
     assert not (tmp_path / "out").exists()
