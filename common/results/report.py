@@ -237,11 +237,14 @@ def _methods(groups: list[Group]) -> list[str]:
 
 def _sharding(groups: list[tuple[Group, list[tuple[Row, Row]]]]) -> Section:
     """Each spec's sharded rows beside their replicated twins, and the trade of each pair."""
-    tables = [_table(g.title, SHARDING_COLUMNS,
-                     [sharding_cells(row) for pair in pairs for row in pair])
-              for g, pairs in groups if pairs]
-    lines = [trade_line(*pair) for _, pairs in groups for pair in pairs]
-    return Section("Sharded against replicated", None, tables, [*SHARDING_NOTES, *lines])
+    tables = []
+    for group, pairs in groups:
+        if pairs:
+            rows = list({id(row): row for pair in pairs for row in pair}.values())  # once each
+            table = _table(group.title, SHARDING_COLUMNS, [sharding_cells(row) for row in rows])
+            table.notes = [*(trade_line(*pair) for pair in pairs), *table.notes]
+            tables.append(table)
+    return Section("Sharded against replicated", None, tables, SHARDING_NOTES)
 
 
 def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:

@@ -90,4 +90,7 @@ def trade_line(replicated: Row, sharded: Row) -> str:
     steps = [row.cells["step ms p50"] for row in (replicated, sharded)]
     if all(steps):
         line += f" and takes {steps[1] / steps[0]:.2f}x the step time"
+        noisy = [row.label for row in (replicated, sharded) if row.cells["noisy"] != "no"]
+        if noisy:
+            line += f" (noisy: {', '.join(noisy)}; not a difference to trust)"
     return line + "."
