@@ -8,6 +8,7 @@ import pytest
 from test_report import TITLE_A, by_row, markdown_tables, record
 
 from parbench.results.report import render
+from parbench.run.registry import FRAMEWORKS
 
 MIB = 2 ** 20
 
@@ -52,6 +53,8 @@ def test_sharded_rows_stand_beside_their_replicated_twin_with_the_trade():
     line = (f"torch x2: torch-fsdp [torchrun] x2 holds {state:.2f}x the state per rank of "
             f"torch-ddp, moves 3.00x the bytes and takes 1.25x the step time.")
     assert text.count(line) == 2  # in the section and in the headline
+    # a framework with rows but no sharded backend: the reason, from the registry
+    assert f"tensorflow: no sharded backend: {FRAMEWORKS['tensorflow'].no_sharding}." in text
 
 
 def test_no_section_without_a_sharded_pair():

@@ -34,7 +34,7 @@ from .rows import (
 )
 from .sharding import COLUMNS as SHARDING_COLUMNS
 from .sharding import NOTES as SHARDING_NOTES
-from .sharding import sharded_pairs, sharding_cells, trade_line
+from .sharding import sharded_pairs, sharding_cells, trade_line, unsharded_frameworks
 
 OPTIONAL = ("data wait %",)  # left out of a table where no row has it (older records)
 ENVIRONMENT = ("spec", *RUN_KEY, "runs", "python", "OS", "CPU", "cores", "threads/worker",
@@ -244,7 +244,8 @@ def _sharding(groups: list[tuple[Group, list[tuple[Row, Row]]]]) -> Section:
             table = _table(group.title, SHARDING_COLUMNS, [sharding_cells(row) for row in rows])
             table.notes = [*(trade_line(*pair) for pair in pairs), *table.notes]
             tables.append(table)
-    return Section("Sharded against replicated", None, tables, SHARDING_NOTES)
+    unsharded = unsharded_frameworks([row for group, _ in groups for row in group.rows])
+    return Section("Sharded against replicated", None, tables, [*SHARDING_NOTES, *unsharded])
 
 
 def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:

@@ -7,7 +7,7 @@ report.py built and imports nothing of it."""
 
 from __future__ import annotations
 
-from parbench.run.registry import BACKENDS
+from parbench.run.registry import BACKENDS, FRAMEWORKS
 
 from .rows import KEY, Cell, Row
 
@@ -76,6 +76,24 @@ def _same_modes(replicated: Row, sharded: Row) -> bool:
     theirs = {k: v for k, v in replicated.modes.as_dict().items()
               if k != "reshard_after_forward"}
     return ours == theirs
+
+
+def unsharded_frameworks(rows: list[Row]) -> list[str]:
+    """Why each framework in ``rows`` without a sharded row has none, where the registry says
+    (a framework without sharded data parallelism, or a sharded backend for GPUs only)."""
+    lines = []
+    for name in dict.fromkeys(row.framework for row in rows):
+        if any(BACKENDS.get(row.backend) and BACKENDS[row.backend].sharded
+               for row in rows if row.framework == name) or name not in FRAMEWORKS:
+            continue
+        framework = FRAMEWORKS[name]
+        gpu_only = [b for b in framework.backends if b.sharded and b.gpu_only]
+        if framework.no_sharding:
+            lines.append(f"{name}: no sharded backend: {framework.no_sharding}.")
+        elif gpu_only:
+            lines.append(f"{name}: its sharded backend {gpu_only[0].name} runs on GPUs only: "
+                         f"{gpu_only[0].gpu_only}.")
+    return lines
 
 
 def trade_line(replicated: Row, sharded: Row) -> str:
