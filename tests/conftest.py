@@ -18,7 +18,7 @@ import pytest
 
 from parbench.cli.parity import FORWARD_CASES, run_forwards
 from parbench.contract.spec import MODEL_NAMES
-from parbench.run.registry import FRAMEWORKS
+from parbench.run.registry import BACKENDS, FRAMEWORKS
 
 
 def parbench(*args: str, env: dict | None = None, timeout: float = 600,
@@ -124,6 +124,13 @@ def forwards(tmp_path_factory):
 def needs(framework: str):
     """Skip marker for tests of a framework that is not installed here."""
     reason = FRAMEWORKS[framework].missing_reason()
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def runnable(backend: str):
+    """Skip marker for tests of a backend that cannot run here (its framework missing, or
+    GPUs it needs)."""
+    reason = BACKENDS[backend].missing_reason()
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import needs, run_ok
+from conftest import needs, run_ok, runnable
 from parbench.cli.parity import (
     FORWARD_TOLERANCE,
     STRATEGY_TOLERANCE,
@@ -30,7 +30,7 @@ from parbench.run.registry import BACKENDS, FRAMEWORKS
 CASE = ("gpt", "eval")
 PORTS = [pytest.param(fw, marks=needs(fw)) for fw in FRAMEWORKS if fw != "torch"]
 # (backend, launcher) of every parallel backend, each on 2 devices
-STRATEGIES = [pytest.param(backend, launcher, marks=needs(BACKENDS[backend].framework),
+STRATEGIES = [pytest.param(backend, launcher, marks=runnable(backend),
                            id=f"{backend}-{launcher}")
               for backend in BACKENDS if BACKENDS[backend].parallel and backend != "torch-dp"
               for launcher in BACKENDS[backend].launchers]

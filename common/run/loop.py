@@ -87,7 +87,7 @@ class Strategy(Protocol):
         """The training state each device of this process holds (after the first step), or
         None where the framework's strategies do not count it."""
 
-    def communication(self) -> Communication | None:
+    def step_communication(self) -> Communication | None:
         """What one training step's collectives carry per device (valid after the first step),
         or None where the framework's strategies do not count it."""
 
@@ -257,7 +257,7 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
 def footprint(strategy: Strategy) -> tuple[list[dict] | None, dict | None]:
     """The state this process's devices hold and what a step's collectives carry, for the
     log (taken after the first step, when the optimizer's state exists)."""
-    held, moved = strategy.state_bytes(), strategy.communication()
+    held, moved = strategy.state_bytes(), strategy.step_communication()
     return (None if held is None else [asdict(device) for device in held],
             None if moved is None else asdict(moved))
 

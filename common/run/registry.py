@@ -53,9 +53,10 @@ class Backend:
 
     def missing_reason(self) -> str | None:
         """Why this backend cannot run in this environment, or None if it can."""
-        if self.gpu_only and not gpu_count():
+        missing = self.info.missing_reason()
+        if missing is None and self.gpu_only and not gpu_count():
             return f"needs GPUs, this machine has none: {self.gpu_only}"
-        return self.info.missing_reason()
+        return missing
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)

@@ -161,7 +161,7 @@ class JaxStrategy(ABC):
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         x, y = self.place_batch(x), self.place_batch(y)
-        if self.batch_shapes is None:  # what communication() lowers the step for
+        if self.batch_shapes is None:  # what step_communication() lowers the step for
             self.batch_shapes = jax.tree.map(_abstract, (x, y))
         with self.compiles.counting():
             self.state, loss = self.step(self.state, x, y, np.float32(lr))
@@ -212,7 +212,7 @@ class JaxStrategy(ABC):
     def state_bytes(self) -> list[StateBytes]:
         return footprint.state_bytes(self.state, self.devices)
 
-    def communication(self) -> Communication:
+    def step_communication(self) -> Communication:
         """The collectives of the step's program, lowered again for the first batch's shapes
         (outside the timed steps; the compile counter does not see it)."""
         if self.modes.grad_accum > 1:

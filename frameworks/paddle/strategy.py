@@ -126,7 +126,7 @@ class PaddleStrategy(ABC):
     def state_bytes(self) -> list[StateBytes]:
         return [runtime.state_bytes(self.module, self.optimizer)]
 
-    def communication(self) -> Communication:
+    def step_communication(self) -> Communication:
         return Communication(NOT_COUNTED, None)
 
     def profiler(self) -> StepProfiler:

@@ -124,7 +124,7 @@ class TFStrategy(ABC):
                                                            self.optimizer.variables, device))
                 for device in self.devices]
 
-    def communication(self) -> Communication:
+    def step_communication(self) -> Communication:
         return Communication(NOT_COUNTED, None)
 
     def profiler(self) -> StepProfiler:

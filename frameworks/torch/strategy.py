@@ -143,7 +143,7 @@ class TorchStrategy(ABC):
         nn.DataParallel's replicas are rebuilt each step and hold no state between steps)."""
         return [state_bytes(self.module, self.optimizer)]
 
-    def communication(self) -> Communication | None:
+    def step_communication(self) -> Communication | None:
         return self.collectives
 
     def observed(self) -> Observed:
