@@ -4,12 +4,15 @@ segfault when imported into one process)."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import pickle
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -83,22 +86,46 @@ def slurm_env(tmp_path_factory) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def trajectory(tmp_path_factory):
     """trajectory(backend, **overrides) -> run_trajectory's (record, final weights), trained
-    once per session for each configuration: several test files compare against the same
-    reference runs (torch-single's, each framework's single backend). Read-only results."""
+    once per test session for each configuration, whichever pytest-xdist worker asks first:
+    several test files compare against the same reference runs (torch-single's, each
+    framework's single backend), and their files run on different workers. Read-only results."""
     from parbench.cli.parity import run_trajectory
-
-    runs: dict[tuple, tuple[dict, dict]] = {}
 
     def train(backend: str, **overrides) -> tuple[dict, dict]:
         if overrides.get("dataset") == "digits":  # run_trajectory's own default
             del overrides["dataset"]
-        key = (backend, tuple(sorted(overrides.items())))
-        if key not in runs:
-            runs[key] = run_trajectory(backend, tmp_path_factory.mktemp("trajectory"),
-                                       **overrides)
-        return runs[key]
+        key = ("trajectory", backend, tuple(sorted(overrides.items())))
+        return shared_result(tmp_path_factory, key, lambda: run_trajectory(
+            backend, tmp_path_factory.mktemp("trajectory"), **overrides))
 
     return train
+
+
+_KEPT: dict[tuple, object] = {}  # this worker's copies of shared results
+
+
+def shared_result(tmp_path_factory, key: tuple, compute: Callable[[], object]) -> object:
+    """``compute()``'s result for ``key``, computed once per test session: the first worker to
+    ask computes it under a lock and leaves it in the session's shared folder, the others
+    wait for it and read it. A compute that raises leaves nothing, so the next asker tries
+    again (and fails the same way, in its own test)."""
+    if key in _KEPT:
+        return _KEPT[key]
+    base = tmp_path_factory.getbasetemp()
+    # under xdist each worker's base folder is inside the session's; without it, the base is
+    # the session's own (its parent holds earlier sessions)
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-runs"
+    folder.mkdir(exist_ok=True)
+    name = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+    result, lock = folder / f"{name}.pickle", folder / f"{name}.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+        if not result.exists():
+            partial = folder / f"{name}.partial"
+            partial.write_bytes(pickle.dumps(compute()))
+            partial.rename(result)
+    _KEPT[key] = pickle.loads(result.read_bytes())
+    return _KEPT[key]
 
 
 # What the forward fixture asks every framework: parity's cases, and an inference pass of
@@ -109,14 +136,11 @@ FORWARD_REQUESTS = tuple(dict.fromkeys([*FORWARD_CASES, *((m, "eval") for m in M
 @pytest.fixture(scope="session")
 def forwards(tmp_path_factory):
     """forwards(framework) -> {(model, mode): outputs} of every FORWARD_REQUESTS case, answered
-    by one process of that framework per session (its import paid once)."""
-    answered: dict[str, dict] = {}
-
+    by one process of that framework per test session (its import paid once, on whichever worker
+    asks first)."""
     def get(framework: str) -> dict:
-        if framework not in answered:
-            answered[framework] = run_forwards(framework, list(FORWARD_REQUESTS),
-                                               tmp_path_factory.mktemp(f"forward-{framework}"))
-        return answered[framework]
+        return shared_result(tmp_path_factory, ("forwards", framework), lambda: run_forwards(
+            framework, list(FORWARD_REQUESTS), tmp_path_factory.mktemp(f"forward-{framework}")))
 
     return get
 

@@ -1,7 +1,9 @@
 """torch-fsdp (FSDP2) against torch-ddp, each run in its own processes: the same training (loss
 curve, final weights exported from the gathered shards, clipped steps) for every model family,
 the state each rank holds and what a step's collectives carry, --reshard-after-forward and
---precision through FSDP's policy taking effect, and the flag refused where it means nothing."""
+--precision through FSDP's policy taking effect, and the flag refused where it means nothing.
+Against one device: tests/test_gpt.py trains every parallel backend of the registry, these too
+(the same runs: the trajectory fixture trains each configuration once per session)."""
 
 from __future__ import annotations
 
@@ -20,27 +22,18 @@ def total(state: dict) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_sharded_training_equals_replicated(trajectory, family):
-    replicated = trajectory("torch-ddp", devices=2, family=family)
-    sharded = trajectory("torch-fsdp", devices=2, family=family)
+    replicated = trajectory("torch-ddp", devices=2, family=family, launcher="torchrun")
+    sharded = trajectory("torch-fsdp", devices=2, family=family, launcher="torchrun")
     checks = compare_runs(f"torch-fsdp vs torch-ddp ({family})", replicated, sharded,
                           STRATEGY_TOLERANCE)
     assert all(check.ok for check in checks), checks
 
 
 @pytest.mark.slow
-def test_sharded_training_equals_one_device(trajectory):
-    # the language model: tied embedding and output projection, clipping, warmup-cosine
-    single = trajectory("torch-single", family="gpt")
-    checks = compare_runs("torch-fsdp x2 vs torch-single", single,
-                          trajectory("torch-fsdp", devices=2, family="gpt"), STRATEGY_TOLERANCE)
-    assert all(check.ok for check in checks), checks
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("family", ("vit", "gpt"))
 def test_each_rank_holds_about_half_the_state_of_a_replica(trajectory, family):
-    replica = trajectory("torch-ddp", devices=2, family=family)[0]["metrics"]
-    shards = trajectory("torch-fsdp", devices=2, family=family)[0]["metrics"]
+    replica = trajectory("torch-ddp", devices=2, family=family, launcher="torchrun")[0]["metrics"]
+    shards = trajectory("torch-fsdp", devices=2, family=family, launcher="torchrun")[0]["metrics"]
     whole = replica["state_bytes"][0]
     assert replica["state_bytes"][1] == whole  # DDP: the same copy on each rank
     # AdamW: two moments per parameter, and a gradient for each, kept until the next step
