@@ -164,6 +164,12 @@ def test_run_records_and_leaves_no_environment_dump(tmp_path, backend, during_ru
         "spawn" if backend == "paddle-spawn" else "paddle-launch")
     assert len(record["metrics"]["peak_rss_mb"]) == 2
     assert record["metrics"]["peak_device_mb"] is None
+    # DataParallel: each rank a whole copy of parameters, gradients and momentum buffers
+    held = record["metrics"]["state_bytes"]
+    assert len(held) == 2 and held[0] == held[1]
+    assert held[0]["gradients"] == held[0]["parameters"] > 0
+    assert held[0]["optimizer"] >= held[0]["parameters"]
+    assert record["metrics"]["communication"]["bytes"] is None  # not countable: said why
     assert not [p for pattern in ENV_DUMPS for p in tmp_path.rglob(pattern)]
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret in p.read_text()]
 

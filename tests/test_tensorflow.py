@@ -126,6 +126,12 @@ def test_records_are_plausible(runs):
         assert env["intra_op_threads"] == env["inter_op_threads"] == env["threads_per_worker"]
         assert env["threads_per_worker"] == default_threads(processes), name
         assert len(set(env["device_names"])) == len(env["device_names"]) == record["world_size"]
+        # every replica holds a whole copy; gradients live only inside the compiled step
+        held = metrics["state_bytes"]
+        assert len(held) == record["world_size"] and all(h == held[0] for h in held), name
+        assert held[0]["parameters"] > 0 and held[0]["gradients"] == 0, name
+        assert held[0]["optimizer"] >= held[0]["parameters"], name  # SGD momentum, per tensor
+        assert metrics["communication"]["bytes"] is None, name  # not countable: said why
     assert runs["tf-single"][0]["metrics"]["time_to_target_s"] is not None
     assert runs["tf-mirrored"][0]["env"]["device_names"] == [
         "/job:localhost/replica:0/task:0/device:CPU:0",

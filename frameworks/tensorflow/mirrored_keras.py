@@ -67,6 +67,7 @@ from parbench.run.loop import (
     check_modes,
     evaluate_test_set,
     finish_rank_log,
+    footprint,
     inject_test_fault,
     open_feed,
     run_worker,
@@ -278,6 +279,7 @@ class StepLog(keras.callbacks.Callback):
         self.train_s += self.log.step_s[-1]
         if batch == 0:
             check_modes(self.job, self.strategy)
+            self.log.state_bytes, self.log.communication = footprint(self.strategy)
         self.progress.update(batch + 1)
         if not all_finite(self.strategy, self.log.losses[-1]):  # as the loop stops
             self.log.diverged_step, self.model.stop_training = batch, True
