@@ -180,9 +180,11 @@ def tensor_bytes(tensors) -> int:
 
 
 def state_bytes(module: nn.Layer, optimizer: paddle.optimizer.Optimizer) -> StateBytes:
-    """The parameters, gradients and optimizer accumulators (momentum, Adam moments and beta
-    powers; AdamW's master weights where it keeps them) this process holds."""
-    params = module.parameters()
+    """The trainable parameters, their gradients and the optimizer accumulators (momentum,
+    Adam moments and beta powers; AdamW's master weights where it keeps them) this process
+    holds. BatchNorm's running statistics are Paddle parameters too (stop_gradient): left out,
+    as the other frameworks' buffers and non-trainable variables are."""
+    params = [p for p in module.parameters() if not p.stop_gradient]
     moments = [t for per_param in optimizer._accumulators.values() for t in per_param.values()]
     masters = list(getattr(optimizer, "_master_weights", {}).values())
     return StateBytes(parameters=tensor_bytes(params),
