@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-import numpy as np
 import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
@@ -102,12 +101,8 @@ class FullyShardedStrategy(ProcessGroupStrategy):
     # --- eval: each rank scores its part of the test set; every forward gathers parameters,
     # so every rank evaluates the same number of chunks (ProcessGroupStrategy)
 
-    # --- export: the whole tensors, gathered from every rank's shards (a collective: every
-    # rank calls it, rank 0 writes the file)
-    def export_weights(self) -> dict[str, np.ndarray]:
-        return {name: _whole(tensor).detach().cpu().numpy().copy()
-                for name, tensor in self.module.state_dict().items()
-                if not name.endswith("num_batches_tracked")}
+    # --- export: TorchStrategy's export_weights gathers each sharded tensor whole (a
+    # collective: every rank calls it, rank 0 writes the file)
 
     # --- teardown: the process group is left, or aborted by a failed rank (ProcessGroupStrategy)
 
@@ -119,10 +114,6 @@ def _no_gradient_sync(module: FSDPModule) -> Iterator[None]:
         yield
     finally:
         module.set_requires_gradient_sync(True)
-
-
-def _whole(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def main(job: Job) -> None:

@@ -12,6 +12,7 @@ from itertools import pairwise
 import numpy as np
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from parbench.contract.spec import MLPSpec, ModelSpec, ResNetSpec, kind_of, resnet_blocks
 
@@ -122,6 +123,12 @@ def sharding_units(model: nn.Module) -> list[nn.Module]:
 
 
 def export_weights(model: nn.Module) -> dict[str, np.ndarray]:
-    return {name: tensor.detach().cpu().numpy().copy()
+    """The canonical weights; a sharded parameter (an FSDP DTensor) whole, gathered from every
+    rank's shard: a collective, so under FSDP every rank must export."""
+    return {name: _whole(tensor).detach().cpu().numpy().copy()
             for name, tensor in model.state_dict().items()
             if not name.endswith("num_batches_tracked")}
+
+
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
