@@ -38,9 +38,14 @@ def test_each_device_holds_half_of_every_split_array(trajectory):
     for device in shards["metrics"]["state_bytes"]:
         assert device == {"parameters": whole["parameters"] // 2, "gradients": 0,
                           "optimizer": whole["optimizer"] // 2 + 2}  # Adam's step counter
-    # XLA gathers the split parameters; the replicated program needs no gather at all
-    assert "all-gather" in shards["metrics"]["communication"]["bytes"]
-    assert "all-gather" not in replica["metrics"]["communication"]["bytes"]
+    # every gradient is reduced, and the loss: measured 16,388 bytes more than the parameters,
+    # one 64 x 64 float32 table and the 4-byte loss (the size of the tied token embedding,
+    # whose two uses' gradients XLA may reduce apart; the ViT has no such extra); XLA gathers
+    # the split parameters for the sharded program, the replicated one needs no gather
+    moved = [record["metrics"]["communication"]["bytes"] for record in (replica, shards)]
+    assert whole["parameters"] <= moved[0]["all-reduce"] <= 1.05 * whole["parameters"]
+    assert "all-gather" not in moved[0]
+    assert moved[1]["all-gather"] >= whole["parameters"]
 
 
 HLO = """
