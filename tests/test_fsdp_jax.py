@@ -38,10 +38,9 @@ def test_each_device_holds_half_of_every_split_array(trajectory):
     for device in shards["metrics"]["state_bytes"]:
         assert device == {"parameters": whole["parameters"] // 2, "gradients": 0,
                           "optimizer": whole["optimizer"] // 2 + 2}  # Adam's step counter
-    # every gradient is reduced, and the loss: measured 16,388 bytes more than the parameters,
-    # one 64 x 64 float32 table and the 4-byte loss (the size of the tied token embedding,
-    # whose two uses' gradients XLA may reduce apart; the ViT has no such extra); XLA gathers
-    # the split parameters for the sharded program, the replicated one needs no gather
+    # every gradient is reduced, and the loss; XLA's program reduces a little more (measured:
+    # 16,388 bytes beyond the parameters here, see porting.md section 18.5); it gathers the
+    # split parameters for the sharded program, the replicated one needs no gather
     moved = [record["metrics"]["communication"]["bytes"] for record in (replica, shards)]
     assert whole["parameters"] <= moved[0]["all-reduce"] <= 1.05 * whole["parameters"]
     assert "all-gather" not in moved[0]
