@@ -130,10 +130,11 @@ def bare_jax(steps: int, threads: int) -> list[float]:
     PJRT_NPROC, the setting that bounds XLA's CPU pool, is read when the backend starts."""
     os.environ["PJRT_NPROC"] = str(threads)
     import jax
+    import optax
 
     from parbench.contract.tasks import ImageClassification
     from parbench.frameworks.jax import model
-    from parbench.frameworks.jax.optim import make_optimizer
+    from parbench.frameworks.jax.optim import make_optimizer, with_learning_rate
     from parbench.frameworks.jax.tasks import loss_for
 
     spec, weights, feed = batches(steps)
@@ -144,8 +145,8 @@ def bare_jax(steps: int, threads: int) -> list[float]:
     @jax.jit
     def step(params, stats, opt_state, x, y, lr):
         (loss, stats), grads = jax.value_and_grad(loss_of, has_aux=True)(params, stats, x, y)
-        params, opt_state = optimizer.update(grads, opt_state, params, lr)
-        return params, stats, opt_state, loss
+        updates, opt_state = optimizer.update(grads, with_learning_rate(opt_state, lr), params)
+        return optax.apply_updates(params, updates), stats, opt_state, loss
 
     opt_state, times = optimizer.init(params), []
     for x, y, lr in feed:

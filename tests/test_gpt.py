@@ -18,8 +18,8 @@ import pytest
 
 from conftest import needs, run_ok, runnable
 from parbench.cli.parity import (
+    FAMILIES,
     FORWARD_TOLERANCE,
-    STRATEGY_TOLERANCE,
     TRAJECTORY_TOLERANCE,
     compare_runs,
     forward_inputs,
@@ -98,7 +98,8 @@ def test_two_devices_train_as_one(trajectory, backend, launcher):
     parallel = trajectory(backend, family="gpt", devices=2, launcher=launcher)
     assert parallel[0]["world_size"] == 2
     assert parallel[0]["metrics"]["items_per_step"] == 32 * 32  # global batch x context
-    for check in compare_runs(f"{backend} x2", single, parallel, STRATEGY_TOLERANCE):
+    for check in compare_runs(f"{backend} x2", single, parallel,
+                              FAMILIES["gpt"].strategy_tolerance):
         assert check.ok, check
 
 

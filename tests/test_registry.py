@@ -79,7 +79,7 @@ def code_strings(path: Path) -> list[tuple[int, str]]:
 
 
 def test_common_names_no_framework_outside_the_registry():
-    names = {*FRAMEWORKS, *(f.import_name for f in FRAMEWORKS.values()), "tf"}
+    names = {*FRAMEWORKS, *(name for f in FRAMEWORKS.values() for name in f.imports), "tf"}
     pattern = re.compile(rf"\b({'|'.join(sorted(names))})\b", re.I)
     found = [f"{path.name}:{line}: {text[:80]!r}"
              for path in sorted((ROOT / "common").rglob("*.py")) if path.name != "registry.py"
@@ -92,7 +92,7 @@ import json
 from parbench.run import registry
 from parbench.run.registry import Backend, Framework
 
-dummy = Framework("dummy", "json", "dummy", (
+dummy = Framework("dummy", ("json",), "dummy", (
     Backend("dummy-single", "dummy", "single", "parbench.frameworks.dummy.single", ("python",),
             parallel=False),
     Backend("dummy-many", "dummy", "many", "parbench.frameworks.dummy.many", ("python",),

@@ -48,6 +48,7 @@ class Family:
 
     forward_cases: tuple[tuple[str, str], ...]  # (model, train|eval)
     trajectory: dict  # RunConfig settings of its 10-step runs
+    strategy_tolerance: float = STRATEGY_TOLERANCE  # its N devices against one
 
 
 FAMILIES = {
@@ -63,7 +64,15 @@ FAMILIES = {
     # 3 of the 10 steps (measured, torch-single: 0.30 clips 8, 0.38 clips 1, 0.42 none)
     "gpt": Family((("gpt", "eval"),),
                   dict(model="gpt", dataset="markov", context=32, optimizer="adamw", lr=3e-3,
-                       clip_grad_norm=0.35, schedule="cosine", warmup_steps=3)),
+                       clip_grad_norm=0.35, schedule="cosine", warmup_steps=3),
+                  # AdamW steps every element by about lr whatever its gradient's size, so an
+                  # element whose gradient cancels over the batch carries the reduction order's
+                  # rounding at full size. Measured (jax, step 0): blocks.1.mlp.fc1.weight[67, 38]
+                  # has |g| 2.7e-9 against an rms of 2.9e-4 (its two halves' gradients, 1.96e-4
+                  # and -1.96e-4, cancel), the whole batch and two halves differ by 0.47% there
+                  # (median element 3.1e-7); after 10 steps jax-sharded x2 ends 6.5e-5 from
+                  # jax-single on that element alone, every other of the 16,384 within 7e-8
+                  strategy_tolerance=TRAJECTORY_TOLERANCE),
 }
 FORWARD_CASES = tuple(case for family in FAMILIES.values() for case in family.forward_cases)
 
@@ -255,5 +264,5 @@ def run_parity(frameworks: list[str], strategies: list[str], folder: Path,
         checks += compare_runs(f"{backend} x2 vs {single}", singles[framework],
                                run_trajectory(backend, folder / "strategies", family=family,
                                               devices=2),
-                               STRATEGY_TOLERANCE)
+                               FAMILIES[family].strategy_tolerance)
     return checks

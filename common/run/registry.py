@@ -65,7 +65,7 @@ class Backend:
 @dataclass(frozen=True)
 class Framework:
     name: str  # the record's "framework" and its folder under frameworks/
-    import_name: str  # installed means importable
+    imports: tuple[str, ...]  # installed means every one of these is importable
     extra: str  # pip install 'parbench[<extra>]'
     backends: tuple[Backend, ...]  # its 1-device backend first
     refusals: dict[str, str] = field(default_factory=dict)  # mode -> why no backend of it can
@@ -86,8 +86,9 @@ class Framework:
         return (f"test_{self.name}.py", f"test_*_{self.name}.py")
 
     def missing_reason(self) -> str | None:
-        if importlib.util.find_spec(self.import_name) is None:
-            return f"{self.import_name} is not installed (pip install 'parbench[{self.extra}]')"
+        for name in self.imports:
+            if importlib.util.find_spec(name) is None:
+                return f"{name} is not installed (pip install 'parbench[{self.extra}]')"
         return None
 
 
@@ -184,7 +185,7 @@ JAX_PROFILE = ("XLA compiles forward, backward and the update into one program, 
                "cannot time them apart; use jax.profiler around a run")
 
 FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
-    Framework("torch", "torch", "torch", (
+    Framework("torch", ("torch",), "torch", (
         Backend("torch-single", "torch", "single", f"{_T}.single", ("python",), parallel=False),
         Backend("torch-dp", "torch", "DataParallel", f"{_T}.dp", ("python",), parallel=True,
                 one_process=True, gpu_for_parallel="use torch-ddp for multi-process CPU runs",
@@ -203,7 +204,7 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                 replicated_twin="torch-ddp")),
         gpu_only={"sync_bn": "nn.SyncBatchNorm needs CUDA (it raises ValueError on CPU)"},
         profile_note="under DDP communication overlaps backward (it is inside it, not added)"),
-    Framework("tensorflow", "tensorflow", "tensorflow", (
+    Framework("tensorflow", ("tensorflow",), "tensorflow", (
         Backend("tf-single", "tensorflow", "single", f"{_TF}.single", ("python",),
                 parallel=False),
         Backend("tf-mirrored", "tensorflow", "MirroredStrategy", f"{_TF}.mirrored",
@@ -236,7 +237,7 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         "over logical CPU devices (measured, TF 2.21: a [64, 32] DVariable laid out on its "
         "first axis is [32, 32] on each of 2), but no tf.distribute strategy and no Keras 3 "
         "training loop uses it"),
-    Framework("paddle", "paddle", "paddle", (
+    Framework("paddle", ("paddle",), "paddle", (
         Backend("paddle-single", "paddle", "single", f"{_PD}.single", ("python",),
                 parallel=False),
         Backend("paddle-spawn", "paddle", "DataParallel", f"{_PD}.spawn", ("spawn",),
@@ -255,7 +256,7 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                   "precision": NO_CPU_AMP},
         profile_note="communication is a separately timed all-reduce of the gradients' size "
         "(the real one is inside backward)"),
-    Framework("jax", "jax", "jax", (
+    Framework("jax", ("jax", "flax", "optax"), "jax", (
         Backend("jax-single", "jax", "single (jit)", f"{_JX}.single", ("python",),
                 parallel=False, profile_refusal=JAX_PROFILE),
         Backend("jax-pmap", "jax", "pmap", f"{_JX}.pmap", ("python",), parallel=True,

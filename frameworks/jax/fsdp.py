@@ -42,9 +42,9 @@ class FullySharded(Sharded):
                                     clipped=self.replicated)
         sharded = sum(placement.spec != P() for placement in jax.tree.leaves(
             self.placement.params, is_leaf=lambda leaf: isinstance(leaf, NamedSharding)))
-        self.sharding_note = (f"{sharded} of {len(state.params)} parameter arrays split over "
-                              f"{mesh.size} devices (the rest have no axis {mesh.size} divides: "
-                              "replicated)")
+        arrays = len(jax.tree.leaves(state.params))
+        self.sharding_note = (f"{sharded} of {arrays} parameter arrays split over {mesh.size} "
+                              f"devices (the rest have no axis {mesh.size} divides: replicated)")
         return super().place_state(state, devices)
 
     def state_placement(self) -> TrainState:

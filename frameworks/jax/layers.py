@@ -1,12 +1,12 @@
-"""The layers every model of the spec shares, as pure JAX functions over the canonical
-weights: a convolution and a dense layer in the canonical layouts, and the precision they run
-at. model.py (the ResNet, the MLP) and vit.py (the vision transformer) both build on them;
-each model's own layers (BatchNorm, LayerNorm, attention) stay with the model.
+"""The layers every Flax model of the spec shares: convolutions and dense layers at the spec's
+precision, LayerNorm with the spec's arithmetic, torch's BatchNorm (which Flax's cannot be),
+and how the canonical weights map onto a module's variables.
 
-Parameters are a flat dict keyed by the canonical names in the canonical layouts (conv kernels
-OIHW, dense kernels [out, in]) and activations are NCHW, like torch's: convolutions are
-``lax.conv_general_dilated`` with dimension numbers ("NCHW", "OIHW", "NCHW"), dense layers
-``x @ w.T + b``, so weights go in and out without a transpose.
+Activations are NHWC inside the models, Flax's layout (``nnx.Conv`` takes channels last): a
+batch arrives NCHW, as the contract stores it, and is transposed once at the model's input.
+Flax keeps kernels as HWIO (convolutions) and [in, out] (dense), the canonical weights are OIHW
+and [out, in]: ``to_flax`` and ``to_canonical`` transpose them on the way in and out, which is
+exact, so an export returns the bits that were loaded.
 
 Matmuls and convolutions run at ``PRECISION``: HIGHEST, true float32, what the spec's float32
 means. On the CPU it changes nothing (XLA's default already computes float32 there: the parity
@@ -20,22 +20,117 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 from jax import lax
 
-Params = dict[str, jax.Array]  # trainable tensors, canonical names and layouts
-Stats = dict[str, jax.Array]  # BatchNorm running statistics ({} for a model without norm)
+from parbench.contract.spec import BatchNormSpec
+
+Params = nnx.State  # the trainable variables (nnx.Param) of a model, as nnx.split gives them
+Stats = nnx.State  # BatchNorm running statistics (nnx.BatchStat); empty for a model without
 
 PRECISION = lax.Precision.HIGHEST
-CONV_DIMENSIONS = ("NCHW", "OIHW", "NCHW")  # the canonical layouts: no transposes
 
 
-def conv2d(x: jax.Array, weight: jax.Array, stride: int, padding: int) -> jax.Array:
-    """NCHW x OIHW -> NCHW, ``padding`` zeros on every side (the spec's symmetric padding)."""
-    return lax.conv_general_dilated(x, weight, (stride, stride), ((padding, padding),) * 2,
-                                    dimension_numbers=CONV_DIMENSIONS, precision=PRECISION)
+def conv(c_in: int, c_out: int, kernel: int, stride: int, padding: int, bias: bool,
+         rngs: nnx.Rngs) -> nnx.Conv:
+    """A square convolution with ``padding`` zeros on every side: the spec's symmetric padding,
+    torch's. Flax's ``padding="SAME"`` is not it: with stride 2 on an even size it pads 0
+    before and 1 after, where torch pads 1 on both sides, which shifts every window by one."""
+    return nnx.Conv(c_in, c_out, (kernel, kernel), strides=stride,
+                    padding=((padding, padding), (padding, padding)), use_bias=bias,
+                    precision=PRECISION, rngs=rngs)
 
 
-def dense(x: jax.Array, params: Params, prefix: str) -> jax.Array:
-    """``x @ weight.T + bias`` with the canonical [out, in] kernel."""
-    return jnp.matmul(x, params[f"{prefix}.weight"].T, precision=PRECISION) + \
-        params[f"{prefix}.bias"]
+def dense(n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(n_in, n_out, precision=PRECISION, rngs=rngs)
+
+
+def layer_norm(width: int, eps: float, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    """LayerNorm over the width with the spec's eps (the ViT's 1e-6, the GPT's 1e-5; Flax's
+    default is 1e-6, torch's 1e-5, Keras' 1e-3: spelled out, not inherited), its variance taken
+    as torch takes it, from the deviations (``use_fast_variance=False``; Flax's default is the
+    mean of squares minus the squared mean, which cancels digits)."""
+    return nnx.LayerNorm(width, epsilon=eps, use_fast_variance=False, rngs=rngs)
+
+
+class BatchNorm(nnx.Module):
+    """The spec's BatchNorm, torch's ``BatchNorm2d`` on NHWC. ``nnx.BatchNorm`` cannot be it:
+    Flax updates the running variance with the *biased* batch variance and weighs the old
+    value by ``momentum`` (torch: the unbiased one, and ``1 - momentum``), so its running
+    statistics, and every evaluation after the first step, would differ from torch's.
+
+    In training (``use_running_average`` False, what ``Module.train()`` sets) it normalises
+    with the batch mean and biased variance and updates the running statistics; in inference
+    (``Module.eval()``) it normalises with them. ``axis_name``: a pmap / shard_map axis over
+    which the batch statistics are taken (synchronized BatchNorm), None: this device's rows."""
+
+    def __init__(self, channels: int, norm: BatchNormSpec):
+        self.weight = nnx.Param(jnp.ones((channels,), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((channels,), jnp.float32))
+        self.running_mean = nnx.BatchStat(jnp.zeros((channels,), jnp.float32))
+        self.running_var = nnx.BatchStat(jnp.ones((channels,), jnp.float32))
+        self.momentum, self.eps = norm.momentum, norm.eps
+        self.use_running_average = False
+        self.axis_name: str | None = None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if self.use_running_average:
+            mean, var = self.running_mean[...], self.running_var[...]
+        else:
+            mean, squares, count = moments(x, self.axis_name)
+            var = squares / count
+            m = self.momentum
+            unbiased = lax.stop_gradient(squares / (count - 1))
+            self.running_mean[...] = (1 - m) * self.running_mean[...] + \
+                m * lax.stop_gradient(mean)
+            self.running_var[...] = (1 - m) * self.running_var[...] + m * unbiased
+        scale = self.weight[...] * lax.rsqrt(var + self.eps)
+        return (x - mean) * scale + self.bias[...]
+
+
+def moments(x: jax.Array, axis_name: str | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Per-channel mean, sum of squared deviations and row count of an NHWC batch; with
+    ``axis_name`` over every device's rows on that axis (exact: each device's sums are added
+    with ``psum``, and the deviations are taken from the global mean, so nothing depends on
+    the split). Two passes, like torch's CPU kernel: a mean of squares minus the squared mean
+    cancels digits when the mean is large against the spread (the parity batch shifted by +10:
+    running variances 2.5e-6 from torch that way, 8.4e-8 this way). Under ``axis_name`` that
+    costs two all-reduces per layer instead of one."""
+    axes = (0, 1, 2)
+    count = jnp.asarray(x.shape[0] * x.shape[1] * x.shape[2], jnp.float32)
+    total = jnp.sum(x, axes)
+    if axis_name is not None:
+        total, count = lax.psum((total, count), axis_name)
+    mean = total / count
+    squares = jnp.sum(jnp.square(x - mean), axes)
+    if axis_name is not None:
+        squares = lax.psum(squares, axis_name)
+    return mean, squares, count
+
+
+# --- canonical weights <-> a module's variables, by path: ("blocks", 0, "attn", "qkv",
+# "kernel") is "blocks.0.attn.qkv.weight"; what a path's last name says decides the layout
+RENAMED = {"kernel": "weight", "scale": "weight"}  # Flax's names for torch's
+EMBEDDING = "embedding"  # nnx.Embed's table: the canonical name is the Embed's own
+
+
+def canonical_name(path: tuple) -> str:
+    *prefix, leaf = (str(part) for part in path)
+    if leaf == EMBEDDING:
+        return ".".join(prefix)
+    return ".".join([*prefix, RENAMED.get(leaf, leaf)])
+
+
+def to_flax(path: tuple, array: np.ndarray) -> np.ndarray:
+    """A canonical array in the layout of the variable at ``path``."""
+    if path[-1] == "kernel":
+        return array.transpose(2, 3, 1, 0) if array.ndim == 4 else array.T  # OIHW / [out, in]
+    return array
+
+
+def to_canonical(path: tuple, array: np.ndarray) -> np.ndarray:
+    """The variable at ``path`` in the canonical layout (``to_flax`` undone)."""
+    if path[-1] == "kernel":
+        return array.transpose(3, 2, 0, 1) if array.ndim == 4 else array.T  # HWIO / [in, out]
+    return array

@@ -1,26 +1,31 @@
-"""The spec's models as pure JAX functions over the canonical weights (no flax, no optax).
+"""The spec's models as Flax NNX modules, and the functional interface the strategies train
+them through.
 
 The ResNet and the MLP are here, the vision transformer in vit.py and the causal language model
-in gpt.py (on the ViT's blocks), all built on the shared layers of layers.py (canonical layouts,
-NCHW activations, no transposes, ``PRECISION``); ``FORWARDS`` picks one by ``spec.kind``.
-``loss_fn`` and ``evaluate`` put a forward in front of the run's task (tasks.py: the loss and the
-evaluation's outputs, written once per task).
+in gpt.py (on the ViT's blocks), all built from the shared layers of layers.py; ``MODELS``
+picks one by ``spec.kind``. Module attributes are named as the canonical weights are, so a
+variable's path is its canonical name (layers.canonical_name), and loading or exporting the
+canonical weights is a transpose of the kernels.
 
-Being functional, a model keeps no state: BatchNorm's running statistics (``Stats``) are an
-input of ``apply`` and, in training mode, an output, the updated values (torch's convention,
-see ``batch_norm``). Everything here is traceable: ``spec`` (a frozen dataclass: hashable),
-``train``, ``sync_axis`` and ``task`` are the static arguments of a jit / pmap / shard_map
-around it.
+The strategies use NNX's functional API, as JAX users do under ``pmap``, ``shard_map`` or a
+``jit`` with shardings: a model is split once into its graph (``nnx.GraphDef``, static) and two
+states, the parameters (``nnx.Param``) and the BatchNorm running statistics (``nnx.BatchStat``),
+both pytrees of arrays; ``apply`` merges them into a module inside the traced function, calls
+it, and returns the statistics it updated. Training or inference (``Module.train()`` /
+``eval()``) and the synchronized-BatchNorm axis are attributes of the graph, so each
+combination has a graph of its own (``graph``, cached). ``loss_fn`` and ``evaluate`` put the
+run's task (tasks.py) after the forward.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from flax import nnx
 
 from parbench.contract.spec import (
     BatchNormSpec,
@@ -33,155 +38,140 @@ from parbench.contract.spec import (
 )
 from parbench.contract.weights import check_weights
 
-from . import gpt, vit
-from .layers import Params, Stats, conv2d, dense
+from .gpt import GPT
+from .layers import BatchNorm, Params, Stats, canonical_name, conv, dense, to_canonical, to_flax
 from .tasks import TaskLoss
+from .vit import ViT
 
-TRACKED = ".num_batches_tracked"  # torch's BatchNorm counter: accepted, counted, not required
-TRACKED_DTYPE = np.int64  # torch's; jax without x64 holds it as int32
-
-
-# --- BatchNorm: the ResNet's own layer (conv2d and dense, shared with vit.py, are in layers.py)
-def _channels(vector: jax.Array) -> jax.Array:
-    return vector.reshape(1, -1, 1, 1)  # a per-channel vector against NCHW
+TRACKED = ".num_batches_tracked"  # torch's BatchNorm counter: bookkeeping, not the spec's
 
 
-def _moments(x: jax.Array, sync_axis: str | None) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Per-channel mean, sum of squared deviations and row count of an NCHW batch; with
-    ``sync_axis`` over every device's rows on that axis (exact: each device's sums are added
-    with ``psum``, and the deviations are taken from the global mean, so nothing depends on
-    the split). Two passes, like torch's CPU kernel: a mean of squares minus the squared mean
-    cancels digits when the mean is large against the spread (the parity batch shifted by +10:
-    running variances 2.5e-6 from torch that way, 8.4e-8 this way). Under ``sync_axis`` that
-    costs two all-reduces per layer instead of one."""
-    axes = (0, 2, 3)
-    count = jnp.asarray(x.shape[0] * x.shape[2] * x.shape[3], jnp.float32)
-    total = jnp.sum(x, axes)
-    if sync_axis is not None:
-        total, count = lax.psum((total, count), sync_axis)
-    mean = total / count
-    squares = jnp.sum(jnp.square(x - _channels(mean)), axes)
-    if sync_axis is not None:
-        squares = lax.psum(squares, sync_axis)
-    return mean, squares, count
-
-
-def batch_norm(x: jax.Array, params: Params, stats: Stats, prefix: str, norm: BatchNormSpec,
-               train: bool, sync_axis: str | None, updated: Stats) -> jax.Array:
-    """The spec's BatchNorm (torch's ``BatchNorm2d``): in training, normalise with the batch
-    mean and *biased* variance and write the new running statistics into ``updated``,
-    ``running = (1 - momentum) * running + momentum * batch`` with the *unbiased* batch
-    variance (the global batch's, with the global count, under ``sync_axis``: synchronized
-    BatchNorm); in inference, normalise with the running statistics."""
-    mean_name, var_name = f"{prefix}.running_mean", f"{prefix}.running_var"
-    if train:
-        mean, squares, count = _moments(x, sync_axis)
-        var = squares / count
-        m = norm.momentum
-        updated[mean_name] = (1 - m) * stats[mean_name] + m * lax.stop_gradient(mean)
-        unbiased = lax.stop_gradient(squares / (count - 1))
-        updated[var_name] = (1 - m) * stats[var_name] + m * unbiased
-        if prefix + TRACKED in stats:
-            updated[prefix + TRACKED] = stats[prefix + TRACKED] + 1
-    else:
-        mean, var = stats[mean_name], stats[var_name]
-    scale = params[f"{prefix}.weight"] * lax.rsqrt(var + norm.eps)
-    return (x - _channels(mean)) * _channels(scale) + _channels(params[f"{prefix}.bias"])
-
-
-# --- models: (spec, params, stats, x, train, sync_axis) -> (logits, stats)
-def _conv_norm(spec: ResNetSpec, params: Params, stats: Stats, x: jax.Array, prefix: str,
-               stride: int, train: bool, sync_axis: str | None, updated: Stats) -> jax.Array:
+class ConvNorm(nnx.Module):
     """conv (bias only without norm; 3x3 pads 1, 1x1 pads 0), then the spec's BatchNorm."""
-    weight = params[f"{prefix}.conv.weight"]
-    x = conv2d(x, weight, stride, weight.shape[-1] // 2)
-    if spec.norm is None:
-        return x + _channels(params[f"{prefix}.conv.bias"])
-    return batch_norm(x, params, stats, f"{prefix}.bn", spec.norm, train, sync_axis, updated)
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int,
+                 norm: BatchNormSpec | None, rngs: nnx.Rngs):
+        self.conv = conv(c_in, c_out, kernel, stride, kernel // 2, norm is None, rngs)
+        self.bn = BatchNorm(c_out, norm) if norm is not None else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = self.conv(x)
+        return x if self.bn is None else self.bn(x)
 
 
-def _resnet(spec: ResNetSpec, params: Params, stats: Stats, x: jax.Array, train: bool,
-            sync_axis: str | None) -> tuple[jax.Array, Stats]:
-    updated: Stats = {}
+class ResidualBlock(nnx.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int, projection: bool,
+                 norm: BatchNormSpec | None, rngs: nnx.Rngs):
+        self.conv1 = ConvNorm(c_in, c_out, 3, stride, norm, rngs)
+        self.conv2 = ConvNorm(c_out, c_out, 3, 1, norm, rngs)
+        self.shortcut = ConvNorm(c_in, c_out, 1, stride, norm, rngs) if projection else None
 
-    def conv_norm(x: jax.Array, prefix: str, stride: int) -> jax.Array:
-        return _conv_norm(spec, params, stats, x, prefix, stride, train, sync_axis, updated)
-
-    x = jax.nn.relu(conv_norm(x, "stem", 1))
-    for name, _c_in, _c_out, stride, projection in resnet_blocks(spec):
-        out = conv_norm(jax.nn.relu(conv_norm(x, f"{name}.conv1", stride)), f"{name}.conv2", 1)
-        x = jax.nn.relu(out + (conv_norm(x, f"{name}.shortcut", stride) if projection else x))
-    logits = dense(jnp.mean(x, axis=(2, 3)), params, "head")
-    return logits, {**stats, **updated}
+    def __call__(self, x: jax.Array) -> jax.Array:
+        out = self.conv2(nnx.relu(self.conv1(x)))
+        return nnx.relu(out + (x if self.shortcut is None else self.shortcut(x)))
 
 
-def _mlp(spec: MLPSpec, params: Params, stats: Stats, x: jax.Array, train: bool,
-         sync_axis: str | None) -> tuple[jax.Array, Stats]:
-    x = x.reshape(x.shape[0], -1)  # flattened in NCHW order, as torch's flatten(1)
-    for i in range(len(spec.hidden)):
-        x = jax.nn.relu(dense(x, params, f"hidden.{i}"))
-    return dense(x, params, "head"), stats
+class ResNet(nnx.Module):
+    def __init__(self, spec: ResNetSpec, rngs: nnx.Rngs):
+        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec.norm, rngs)
+        self.blocks = nnx.List([ResidualBlock(c_in, c_out, stride, projection, spec.norm, rngs)
+                                for _, c_in, c_out, stride, projection in resnet_blocks(spec)])
+        self.head = dense(spec.stage_channels[-1], spec.num_classes, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Logits of the NCHW batch ``x`` (NHWC from here on, Flax's layout)."""
+        x = nnx.relu(self.stem(x.transpose(0, 2, 3, 1)))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(jnp.mean(x, axis=(1, 2)))  # global average pooling
 
 
-def _vit(spec, params: Params, stats: Stats, x: jax.Array, train: bool,
-         sync_axis: str | None) -> tuple[jax.Array, Stats]:
-    return vit.apply(spec, params, x), stats  # no BatchNorm, dropout 0: train changes nothing
+class MLP(nnx.Module):
+    def __init__(self, spec: MLPSpec, rngs: nnx.Rngs):
+        sizes = [math.prod(spec.input_shape), *spec.hidden]
+        self.hidden = nnx.List([dense(n_in, n_out, rngs) for n_in, n_out in zip(sizes, sizes[1:])])
+        self.head = dense(sizes[-1], spec.num_classes, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x.reshape(x.shape[0], -1)  # flattened in NCHW order, as torch's flatten(1)
+        for layer in self.hidden:
+            x = nnx.relu(layer(x))
+        return self.head(x)
 
 
-def _gpt(spec, params: Params, stats: Stats, x: jax.Array, train: bool,
-         sync_axis: str | None) -> tuple[jax.Array, Stats]:
-    return gpt.apply(spec, params, x), stats  # x: token ids; as the ViT, train changes nothing
+# One module per model kind (parbench.spec.KINDS); a kind missing here is an error.
+MODELS: dict[str, type[nnx.Module]] = {"resnet": ResNet, "mlp": MLP, "vit": ViT, "gpt": GPT}
 
 
-# One forward per model kind (parbench.spec.KINDS); a kind missing here is an error.
-FORWARDS: dict[str, Callable[..., tuple[jax.Array, Stats]]] = {
-    "resnet": _resnet, "mlp": _mlp, "vit": _vit, "gpt": _gpt}
-
-
-def _forward(spec: ModelSpec) -> Callable[..., tuple[jax.Array, Stats]]:
+def build(spec: ModelSpec) -> nnx.Module:
+    """``spec``'s module with abstract variables (shapes, no values: the weights come from the
+    canonical file, so nothing is initialised at random)."""
     kind_of(spec)  # an unknown kind: ValueError naming the known ones
-    if spec.kind not in FORWARDS:
-        raise ValueError(f"JAX has no forward for model kind {spec.kind!r}")
-    return FORWARDS[spec.kind]
+    if spec.kind not in MODELS:
+        raise ValueError(f"JAX has no model for model kind {spec.kind!r}")
+    return nnx.eval_shape(lambda: MODELS[spec.kind](spec, nnx.Rngs(0)))
+
+
+@lru_cache
+def graph(spec: ModelSpec, train: bool, sync_axis: str | None = None) -> nnx.GraphDef:
+    """The module's graph in training or inference mode; ``sync_axis``: the pmap / shard_map
+    axis over which BatchNorm takes its batch statistics (synchronized BatchNorm)."""
+    module = build(spec)
+    module.train() if train else module.eval()
+    if sync_axis is not None:
+        module.set_attributes(axis_name=sync_axis, raise_if_not_found=False)
+    return nnx.graphdef(module)
 
 
 def apply(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, train: bool,
           sync_axis: str | None = None) -> tuple[jax.Array, Stats]:
     """Logits of the batch ``x`` (NCHW images -> [rows, classes]; [rows, T] token ids -> [rows,
-    T, vocab]) and the running statistics after the pass: updated in training mode, ``stats``
-    itself in inference mode. ``sync_axis``: the name of a pmap / shard_map axis over which
-    BatchNorm takes its batch statistics (synchronized BatchNorm); None: each caller's rows
-    alone."""
-    return _forward(spec)(spec, params, stats, x, train, sync_axis)
+    T, vocab]) and the running statistics after the pass: updated in training mode, as they
+    were in inference mode."""
+    # copy=True: variables made here, in this trace. Without it the module would hold the
+    # states' own, made where the arrays entered a jit; BatchNorm writing into one of those
+    # from inside jax.grad is a TraceContextError (flax 0.12.8)
+    module = nnx.merge(graph(spec, train, sync_axis), params, stats, copy=True)
+    return module(x), nnx.state(module, nnx.BatchStat)
 
 
 # --- weights: canonical numpy in, canonical numpy out
 def split_weights(spec: ModelSpec, weights: dict[str, np.ndarray]) -> tuple[Params, Stats]:
-    """The canonical weights as (trainable float32 arrays, running statistics). A torch state
-    dict's ``num_batches_tracked`` counters are accepted and kept in the statistics; any other
-    name or shape outside the spec is a ValueError."""
-    tracked = {name for name in weights if name.endswith(TRACKED)}
-    check_weights(spec, {name: array for name, array in weights.items() if name not in tracked})
-    expected = parameters(spec)
-    params = {name: jnp.asarray(weights[name], jnp.float32)
-              for name, param in expected.items() if param.trainable}
-    stats = {name: jnp.asarray(weights[name], jnp.float32)
-             for name, param in expected.items() if not param.trainable}
-    for name in sorted(tracked):
-        if name.removesuffix(TRACKED) + ".running_mean" not in stats:
+    """The canonical weights as the module's (parameters, running statistics). A torch state
+    dict's ``num_batches_tracked`` counters are accepted and left out, as torch's own loader
+    treats them (frameworks/torch/model.py); any other name or shape outside the spec is a
+    ValueError."""
+    counters = {name for name in weights if name.endswith(TRACKED)}
+    norms = {name.removesuffix(".running_mean") for name in parameters(spec)
+             if name.endswith(".running_mean")}
+    for name in sorted(counters):
+        if name.removesuffix(TRACKED) not in norms:
             raise ValueError(f"{name}: no BatchNorm of the spec has that counter")
-        stats[name] = jnp.asarray(weights[name], jnp.int32)
+    weights = {name: array for name, array in weights.items() if name not in counters}
+    check_weights(spec, weights)
+    graphdef, abstract = nnx.split(build(spec))
+    state = nnx.from_flat_state([
+        (path, variable.replace(value=jnp.asarray(to_flax(path, weights[canonical_name(path)]),
+                                            jnp.float32)))
+        for path, variable in nnx.to_flat_state(abstract)])
+    _, params, stats = nnx.split(nnx.merge(graphdef, state), nnx.Param, nnx.BatchStat)
     return params, stats
 
 
 def export_weights(spec: ModelSpec, params: Params, stats: Stats) -> dict[str, np.ndarray]:
-    """Canonical weights (float32, canonical order) from a model's params and statistics; a
-    ``num_batches_tracked`` kept by ``split_weights`` comes back as torch's int64."""
-    tensors = {**params, **stats}
-    weights = {name: np.array(tensors[name], np.float32) for name in parameters(spec)}  # copies
-    weights.update({name: np.array(value, TRACKED_DTYPE) for name, value in stats.items()
-                    if name.endswith(TRACKED)})
-    return weights
+    """Canonical weights (float32, canonical order) from a module's parameters and statistics
+    (device or host arrays)."""
+    tensors = {canonical_name(path): to_canonical(path, np.asarray(variable.get_value()))
+               for state in (params, stats) for path, variable in nnx.to_flat_state(state)}
+    return {name: np.array(tensors[name], np.float32) for name in parameters(spec)}  # copies
+
+
+def names(tree) -> list[str]:
+    """The canonical name of each array of ``tree`` (a state, or a pytree of its structure,
+    as an optimizer's moments), in ``jax.tree.leaves`` order."""
+    paths = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return [canonical_name(tuple(key.key for key in path if isinstance(key, jax.tree_util.DictKey)))
+            for path, _ in paths]
 
 
 # --- loss and evaluation: the forward, then the task's (tasks.py)
@@ -190,8 +180,8 @@ def loss_fn(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.
             task: TaskLoss) -> tuple[jax.Array, Stats]:
     """(the task's mean loss over the rows given, statistics after the pass): for image
     classification the mean cross-entropy, what torch's ``CrossEntropyLoss`` computes, for
-    language modelling its mean over rows and positions; the
-    statistics are ``jax.value_and_grad``'s aux; ``task`` is the run's (tasks.loss_for).
+    language modelling its mean over rows and positions; the statistics are
+    ``jax.value_and_grad``'s aux; ``task`` is the run's (tasks.loss_for).
 
     Its gradient inside a data-parallel map (measured, 2 CPU devices, jax 0.10.2): under
     ``pmap`` each device gets its own rows' gradient, which ``lax.pmean`` turns into the global

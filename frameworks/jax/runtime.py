@@ -185,4 +185,4 @@ def describe(devices: list[jax.Device], settings: dict, notes: list[str]) -> dic
 
 
 def batchnorm_layers(stats: Stats) -> int:
-    return sum(name.endswith(".running_mean") for name in stats)
+    return sum(name.endswith(".running_mean") for name in model.names(stats))

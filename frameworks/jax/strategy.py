@@ -26,6 +26,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from parbench.contract.data import Dataset
 from parbench.contract.spec import ModelSpec
@@ -39,7 +40,7 @@ from parbench.run.registry import get_backend
 
 from . import footprint, model, runtime, tasks, training
 from .layers import Params, Stats
-from .optim import Optimizer, make_optimizer
+from .optim import make_optimizer
 from .training import LossOf, TrainState
 
 
@@ -52,7 +53,7 @@ class JaxStrategy(ABC):
     modes: Modes
     spec: ModelSpec
     task: tasks.TaskLoss  # the run's task: its loss and evaluation outputs
-    optimizer: Optimizer  # the shared update rule (--optimizer)
+    optimizer: optax.GradientTransformation  # the shared rule (--optimizer, --clip-grad-norm)
     clip: float | None  # --clip-grad-norm
     state: TrainState  # placed where the step keeps it
     devices: list[jax.Device]  # where the replicas live (runtime.checked_replica_devices)
@@ -157,7 +158,7 @@ class JaxStrategy(ABC):
     def trace_step(self, x: jax.Array, params: Params) -> None:
         """Called while the step is traced: keep the dtype it computes in (for ``observed``);
         a language model's token ids are integers, which promote to the parameters' dtype."""
-        self.traced["compute_dtype"] = str(jnp.result_type(x, *params.values()))
+        self.traced["compute_dtype"] = str(jnp.result_type(x, *jax.tree.leaves(params)))
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         x, y = self.place_batch(x), self.place_batch(y)

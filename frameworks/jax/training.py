@@ -10,11 +10,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax import lax
 
 from . import model
 from .layers import Params, Stats
-from .optim import Optimizer, OptState, clip
+from .optim import clipped, with_learning_rate
 
 
 class TrainState(NamedTuple):
@@ -22,11 +23,12 @@ class TrainState(NamedTuple):
 
     params: Params
     stats: Stats  # BatchNorm running statistics
-    opt_state: OptState
+    opt_state: optax.OptState
     clipped: jax.Array  # int32: steps whose gradient --clip-grad-norm shrank so far
 
 
-def initial_state(spec, weights: dict[str, np.ndarray], optimizer: Optimizer) -> TrainState:
+def initial_state(spec, weights: dict[str, np.ndarray],
+                  optimizer: optax.GradientTransformation) -> TrainState:
     params, stats = model.split_weights(spec, weights)
     return TrainState(params, stats, optimizer.init(params), jnp.zeros((), jnp.int32))
 
@@ -77,16 +79,17 @@ def accumulated_gradient(loss_of: LossOf, params: Params, stats: Stats,
     return loss_sum / passes, jax.tree.map(lambda g: g / passes, grad_sum), stats, passes
 
 
-def apply_update(optimizer: Optimizer, max_norm: float | None, state: TrainState,
-                 grads: Params, stats: Stats, lr: jax.Array) -> TrainState:
-    """--clip-grad-norm on ``grads`` (call it with the global batch's gradient, after the
-    devices' are combined), then the run's update rule at this step's ``lr``."""
-    clipped = state.clipped
+def apply_update(optimizer: optax.GradientTransformation, max_norm: float | None,
+                 state: TrainState, grads: Params, stats: Stats, lr: jax.Array) -> TrainState:
+    """The run's Optax chain at this step's ``lr`` (call it with the global batch's gradient,
+    after the devices' are combined: --clip-grad-norm is the chain's first link), counting the
+    steps whose gradient the clip shrinks."""
+    count = state.clipped
     if max_norm is not None:
-        grads, shrunk = clip(grads, max_norm)
-        clipped = clipped + shrunk.astype(jnp.int32)
-    params, opt_state = optimizer.update(grads, state.opt_state, state.params, lr)
-    return TrainState(params, stats, opt_state, clipped)
+        count = count + clipped(grads, max_norm).astype(jnp.int32)
+    updates, opt_state = optimizer.update(grads, with_learning_rate(state.opt_state, lr),
+                                          state.params)
+    return TrainState(optax.apply_updates(state.params, updates), stats, opt_state, count)
 
 
 def row_blocks(rows: np.ndarray, sharding: jax.sharding.NamedSharding) -> jax.Array:

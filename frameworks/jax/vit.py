@@ -1,93 +1,97 @@
-"""The spec's vision transformer (parbench.spec.ViTSpec) as a pure JAX function over the
-canonical weights, and the transformer block it shares with the GPT (gpt.py), causal there.
+"""The spec's vision transformer (parbench.spec.ViTSpec) as a Flax NNX module, and the
+transformer block it shares with the GPT (gpt.py), causal there.
 
-Nothing is converted: the patch convolution's kernel is OIHW and the batch NCHW (layers.conv2d),
-dense kernels are [out, in] (layers.dense), and the fused qkv keeps torch's ``in_proj_weight``
-rows, so its output splits as (3, heads, d) directly. No BatchNorm and dropout 0: the forward
-is the same in training and inference mode.
+The attention keeps torch's fused projection: one ``qkv`` dense layer whose 3 * width outputs
+are q | k | v, each ``heads`` consecutive blocks of ``width / heads`` (``in_proj_weight``'s
+rows), so the canonical weights load without regrouping. No BatchNorm and dropout 0: the
+forward is the same in training and inference mode.
 """
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
-from jax import lax
+from flax import nnx
+from flax.nnx.nn.attention import dot_product_attention_weights
 
 from parbench.contract.spec import GPTSpec, ViTSpec
 
-from .layers import PRECISION, Params, conv2d, dense
-
-
-def layer_norm(x: jax.Array, params: Params, prefix: str,
-               spec: ViTSpec | GPTSpec) -> jax.Array:
-    """LayerNorm over the width, biased variance, the spec's eps (the ViT's 1e-6, the GPT's
-    1e-5; flax's default is 1e-6, torch's 1e-5, Keras' 1e-3: spelled out, not inherited)."""
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    return (x - mean) * lax.rsqrt(var + spec.norm_eps) * params[f"{prefix}.weight"] + \
-        params[f"{prefix}.bias"]
+from .layers import PRECISION, conv, dense, layer_norm
 
 
 def gelu(x: jax.Array) -> jax.Array:
     # the exact erf GELU: jax.nn.gelu defaults to approximate=True (tanh), unlike torch's
     # F.gelu, so the choice is spelled out
-    return jax.nn.gelu(x, approximate=False)
+    return nnx.gelu(x, approximate=False)
 
 
-# --- attention: one fused qkv projection, torch's in_proj_weight layout
-def causal_mask(tokens: int) -> jax.Array:
-    """(query, key) -> whether the query may attend to the key: keys 0..i for query i."""
-    return jnp.tril(jnp.ones((tokens, tokens), bool))
+class SelfAttention(nnx.Module):
+    """Multi-head self-attention, per head ``softmax(q k^T / sqrt(d)) v``, the heads
+    concatenated in order into ``proj``; ``causal``: a query attends to keys 0..i only.
+
+    The weights come from Flax's ``dot_product_attention_weights`` with ``precision`` given, not
+    from ``nnx.dot_product_attention``: without dropout, that one hands the work to
+    ``jax.nn.dot_product_attention`` and drops ``precision`` on the way (flax 0.12.8), so its
+    float32 products would run at the default precision, which GPUs may take as TF32
+    (layers.py). Flax masks with the dtype's lowest value, not -inf: the same softmax, since
+    the diagonal is never masked."""
+
+    def __init__(self, width: int, heads: int, causal: bool, rngs: nnx.Rngs):
+        self.qkv = dense(width, 3 * width, rngs)
+        self.proj = dense(width, width, rngs)
+        self.heads, self.causal = heads, causal
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        batch, tokens, width = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, width // self.heads)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, heads, d)
+        weights = dot_product_attention_weights(q, k, is_causal=self.causal,
+                                                precision=PRECISION)
+        out = jnp.einsum("bhqk,bkhd->bqhd", weights, v, precision=PRECISION)
+        return self.proj(out.reshape(batch, tokens, width))
 
 
-def attention(x: jax.Array, params: Params, prefix: str, spec: ViTSpec | GPTSpec,
-              causal: bool = False) -> jax.Array:
-    """Multi-head self-attention with the canonical fused projection: the 3 * width outputs of
-    ``qkv`` are q | k | v, each ``heads`` consecutive blocks of ``width / heads``; per head
-    ``softmax(q k^T / sqrt(d)) v``; the heads, concatenated in order, feed ``proj``.
-    ``causal``: the scores above the diagonal are -inf before the softmax, as the spec says (the
-    diagonal is never masked, so no row is all -inf).
+class FeedForward(nnx.Module):
+    def __init__(self, width: int, hidden: int, rngs: nnx.Rngs):
+        self.fc1, self.fc2 = dense(width, hidden, rngs), dense(hidden, width, rngs)
 
-    Written out rather than ``jax.nn.dot_product_attention(is_causal=True)``, which matches
-    torch as closely on the CPU (both within 5.1e-7 of torch's logits on the parity GPT,
-    measured) but takes no precision: its float32 products trace with ``precision=None`` (jax
-    0.10.2), the default, which GPUs may run as TF32 (layers.py); here both keep
-    ``PRECISION``, like every other matmul of the models, and the ViT's and the GPT's attention
-    stay one function."""
-    batch, tokens, width = x.shape
-    d = width // spec.heads
-    qkv = dense(x, params, f"{prefix}.qkv").reshape(batch, tokens, 3, spec.heads, d)
-    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # each (B, T, heads, d)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision=PRECISION) / math.sqrt(d)
-    if causal:  # one (T, T) mask, broadcast over batch and heads
-        scores = jnp.where(causal_mask(tokens), scores, -jnp.inf)
-    weights = jax.nn.softmax(scores, axis=-1)
-    out = jnp.einsum("bhqk,bkhd->bqhd", weights, v, precision=PRECISION)
-    return dense(out.reshape(batch, tokens, width), params, f"{prefix}.proj")
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.fc2(gelu(self.fc1(x)))
 
 
-# --- block: pre-norm residual attention, then pre-norm residual MLP
-def block(x: jax.Array, params: Params, prefix: str, spec: ViTSpec | GPTSpec,
-          causal: bool = False) -> jax.Array:
-    x = x + attention(layer_norm(x, params, f"{prefix}.norm1", spec), params, f"{prefix}.attn",
-                      spec, causal)
-    hidden = gelu(dense(layer_norm(x, params, f"{prefix}.norm2", spec), params,
-                        f"{prefix}.mlp.fc1"))
-    return x + dense(hidden, params, f"{prefix}.mlp.fc2")
+class Block(nnx.Module):
+    """Pre-norm residual attention, then pre-norm residual MLP."""
+
+    def __init__(self, spec: ViTSpec | GPTSpec, causal: bool, rngs: nnx.Rngs):
+        self.norm1 = layer_norm(spec.width, spec.norm_eps, rngs)
+        self.attn = SelfAttention(spec.width, spec.heads, causal, rngs)
+        self.norm2 = layer_norm(spec.width, spec.norm_eps, rngs)
+        self.mlp = FeedForward(spec.width, spec.mlp_width, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
 
 
-def apply(spec: ViTSpec, params: Params, x: jax.Array) -> jax.Array:
-    """Logits of the NCHW batch ``x``."""
-    # patch embedding: kernel = stride = patch, no padding, with bias -> (B, width, H/p, W/p)
-    patches = conv2d(x, params["patch.weight"], spec.patch, 0) + \
-        params["patch.bias"].reshape(1, -1, 1, 1)
-    batch, width = patches.shape[:2]
-    # row-major over (H/p, W/p): token i * W/p + j is patch row i, column j, as the spec says
-    tokens = patches.reshape(batch, width, -1).transpose(0, 2, 1)
-    cls = jnp.broadcast_to(params["class_token"], (batch, 1, width))
-    x = jnp.concatenate([cls, tokens], axis=1) + params["position_embedding"]
-    for i in range(spec.depth):
-        x = block(x, params, f"blocks.{i}", spec)
-    return dense(layer_norm(x, params, "norm", spec)[:, 0], params, "head")  # class token row
+class ViT(nnx.Module):
+    def __init__(self, spec: ViTSpec, rngs: nnx.Rngs):
+        width = spec.width
+        # patch embedding: kernel = stride = patch, no padding, with bias
+        self.patch = conv(spec.input_shape[0], width, spec.patch, spec.patch, 0, True, rngs)
+        self.class_token = nnx.Param(jnp.zeros((1, 1, width), jnp.float32))
+        self.position_embedding = nnx.Param(jnp.zeros((1, spec.tokens, width), jnp.float32))
+        self.blocks = nnx.List([Block(spec, False, rngs) for _ in range(spec.depth)])
+        self.norm = layer_norm(width, spec.norm_eps, rngs)
+        self.head = dense(width, spec.num_classes, rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Logits of the NCHW batch ``x``."""
+        patches = self.patch(x.transpose(0, 2, 3, 1))  # (B, H/p, W/p, width)
+        batch, width = patches.shape[0], patches.shape[-1]
+        # row-major over (H/p, W/p): token i * W/p + j is patch row i, column j, as the spec says
+        tokens = patches.reshape(batch, -1, width)
+        cls = jnp.broadcast_to(self.class_token[...], (batch, 1, width))
+        x = jnp.concatenate([cls, tokens], axis=1) + self.position_embedding[...]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)[:, 0])  # the class token's row
