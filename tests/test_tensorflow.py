@@ -210,7 +210,7 @@ def test_supervisor_kills_the_survivors_of_a_dead_worker(tmp_path):
     waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="worker 1 exit code 3; stopped the others"):
-        multiworker.cluster.supervise([waiting, dead], [0, 1], tmp_path)
+    with pytest.raises(RuntimeError, match="tf-config: worker 1 exit code 3; stopped the others"):
+        multiworker.workers.supervise([waiting, dead], [0, 1], tmp_path, "tf-config")
     assert waiting.poll() is not None and time.monotonic() - start < 10
     assert first_failure(tmp_path).endswith("died first: exit code 3")

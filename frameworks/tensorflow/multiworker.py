@@ -19,6 +19,7 @@ from functools import partial
 
 import numpy as np
 
+from parbench.run import workers
 from parbench.run.job import Job
 from parbench.run.loop import run_worker
 
@@ -30,7 +31,7 @@ GLOBAL_LOSS_NOTE = "every worker reports the global-batch loss (strategy.reduce)
 # (cluster.run) and must not import TensorFlow, 10 s and hundreds of MiB for a process that
 # waits; every worker imports it here and builds MultiWorker. These imports are not hidden from
 # the import contracts: grimp reads them like any other.
-if cluster.worker_index() is not None:
+if workers.worker_index() is not None:
     from . import runtime
     from .strategy import TFStrategy
     from .tfkeras import tf
@@ -77,7 +78,7 @@ class MultiWorker(TFStrategy):
 
 
 def main(job: Job) -> None:
-    index = cluster.worker_index()
+    index = workers.worker_index()
     if index is None:
         cluster.run(job)
         return
