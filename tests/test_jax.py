@@ -169,12 +169,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 job = SimpleNamespace(world_size=2, nnodes=1, threads=1)
 os.environ["XLA_FLAGS"] = ("--xla_cpu_enable_fast_math=false "
                            "--xla_force_host_platform_device_count=5")
-settings = runtime.configure(job)  # after `import jax`: the backend has not started yet
+settings = runtime.configure(job, 2)  # after `import jax`: the backend has not started yet
 devices = runtime.local_devices(2)
 out = {"settings": settings, "devices": [str(d) for d in devices],
        "pool": runtime.pool_threads()}
 try:
-    runtime.configure(job)
+    runtime.configure(job, 2)
 except RuntimeError as error:
     out["late"] = str(error)
 tree = {"w": jax.device_put(np.ones(3), devices[0])}

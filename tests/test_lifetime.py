@@ -135,7 +135,8 @@ def test_sigkilled_parbench_takes_its_workers_along(tmp_path):
     pytest.param("torch-ddp", "spawn", marks=needs("torch")),
     pytest.param("paddle-launch", "paddle-launch", marks=needs("paddle")),
     pytest.param("paddle-spawn", "spawn", marks=needs("paddle")),
-    pytest.param("tf-multiworker", "tf-config", marks=needs("tensorflow"))])
+    pytest.param("tf-multiworker", "tf-config", marks=needs("tensorflow")),
+    pytest.param("jax-multiprocess", "jax-distributed", marks=needs("jax"))])
 def test_error_starts_with_the_rank_that_died_first(tmp_path, backend, launcher):
     """Rank 1 SIGKILLed: its peers fail a moment later in a collective; the record's first
     line names rank 1 and the signal, not rank 0's 'connection reset by peer'."""
@@ -151,7 +152,8 @@ def test_error_starts_with_the_rank_that_died_first(tmp_path, backend, launcher)
 @pytest.mark.parametrize("backend,launcher", [
     pytest.param("torch-ddp", "torchrun", marks=needs("torch")),
     pytest.param("paddle-launch", "paddle-launch", marks=needs("paddle")),
-    pytest.param("tf-multiworker", "tf-config", marks=needs("tensorflow"))])
+    pytest.param("tf-multiworker", "tf-config", marks=needs("tensorflow")),
+    pytest.param("jax-multiprocess", "jax-distributed", marks=needs("jax"))])
 def test_raised_exception_fails_the_run_quickly_and_is_named_with_its_rank(tmp_path, backend,
                                                                            launcher):
     """Rank 1 raises at step 2 while rank 0 goes on into the step's collective. Rank 1 writes

@@ -31,6 +31,7 @@ TRAINING = ("--dataset", "digits", "--global-batch", "32", "--steps", "8", "--mo
 MULTI_NODE = [pytest.param("torch-ddp", (), marks=needs("torch")),
               pytest.param("tf-multiworker", (), marks=needs("tensorflow")),
               pytest.param("paddle-launch", (), marks=needs("paddle")),
+              pytest.param("jax-multiprocess", (), marks=needs("jax")),
               # the language model: the options given later win over TRAINING's
               pytest.param("torch-ddp", ("--model", "gpt", "--dataset", "markov", "--context",
                                          "16"), marks=needs("torch"), id="torch-ddp-gpt")]

@@ -112,7 +112,9 @@ class Launcher:
     # (one process, or one that starts the workers)
     argv: Callable[[Path, int, Rendezvous | None], list[str]] | None = None
     single_node: str | None = None  # why it cannot span machines (None: it can)
-    worker_ports: bool = False  # each node reports its workers' ports at check-in (TF_CONFIG)
+    # each node reports its workers' ports at check-in (TF_CONFIG; JAX's coordinator takes node
+    # 0's first)
+    worker_ports: bool = False
 
     def command(self, job_path: Path, devices: int, nodes: Rendezvous | None = None) -> list[str]:
         """argv that runs the job on this node, with ``devices`` of its own; with ``nodes``,
@@ -161,6 +163,7 @@ LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in (
     Launcher("spawn", single_node="it starts every process on this machine "
              "(torch.multiprocessing.spawn / paddle.distributed.spawn)"),
     Launcher("tf-config", worker_ports=True),
+    Launcher("jax-distributed", worker_ports=True),
     Launcher("torchrun", _torchrun),
     Launcher("paddle-launch", _paddle_launch),
 )}
@@ -265,7 +268,10 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                 parallel=True, one_process=True, profile_refusal=JAX_PROFILE),
         Backend("jax-fsdp", "jax", "jit+NamedSharding (sharded state)", f"{_JX}.fsdp",
                 ("python",), parallel=True, one_process=True, profile_refusal=JAX_PROFILE,
-                sharded=True, replicated_twin="jax-sharded")),
+                sharded=True, replicated_twin="jax-sharded"),
+        Backend("jax-multiprocess", "jax", "jax.distributed (a process per device)",
+                f"{_JX}.multiprocess", ("jax-distributed",), parallel=True,
+                profile_refusal=JAX_PROFILE)),
         refusals={"compile": "JAX always compiles: every training step is one jax.jit "
                   "(jax-single, jax-sharded) or jax.pmap (jax-pmap) program, compiled by XLA on "
                   "its first call, so --compile would change nothing (the record's "

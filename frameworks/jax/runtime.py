@@ -44,11 +44,11 @@ POOL_THREAD = "tf_XLAEigen"  # the intra-op pool's thread name, as /proc shows i
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # one per XLA compilation
 
 
-def configure(job: Job) -> dict:
+def configure(job: Job, devices: int) -> dict:
     """The devices and compute threads of this process, for JAX's backend to read when it
-    starts: on CPU ``--xla_force_host_platform_device_count`` = the job's devices on this node
-    (appended to the user's XLA_FLAGS, replacing a count already there) and PJRT_NPROC =
-    --threads. Returns what was set, for the record."""
+    starts: on CPU ``--xla_force_host_platform_device_count`` = ``devices`` (appended to the
+    user's XLA_FLAGS, replacing a count already there) and PJRT_NPROC = --threads. Returns
+    what was set, for the record."""
     # jax's private module, for the one call that tells whether the backend started (no
     # public one does); imported here, where it is needed, and importing it starts nothing
     from jax._src import xla_bridge
@@ -56,7 +56,6 @@ def configure(job: Job) -> dict:
     if xla_bridge.backends_are_initialized():
         raise RuntimeError("JAX's backend started before parbench set its devices and threads "
                            "(XLA_FLAGS, PJRT_NPROC): something touched a device too early")
-    devices = job.world_size // job.nnodes
     flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
              if not flag.startswith(DEVICE_COUNT_FLAG)]
     os.environ["XLA_FLAGS"] = " ".join([*flags, f"{DEVICE_COUNT_FLAG}={devices}"])

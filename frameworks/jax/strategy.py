@@ -65,7 +65,7 @@ class JaxStrategy(ABC):
     # --- setup: JAX's backend reads the device count and compute threads once, when it
     # starts, so they are set first thing, before the strategy takes its devices
     def __init__(self, job: Job):
-        self.settings = runtime.configure(job)
+        self.settings = runtime.configure(job, self.devices_per_process(job))
         self.backend, self.modes = job.backend, job.modes
         devices = self.setup_devices(job)
         # model: canonical weights as (parameters, running statistics), the shared optimizer
@@ -76,7 +76,8 @@ class JaxStrategy(ABC):
         self.clip = job.optimizer_spec.clip_grad_norm
         state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
         self.state = self.place_state(state, devices)
-        self.devices = runtime.checked_replica_devices(self.state.params, len(devices))
+        local = [device for device in devices if device.process_index == jax.process_index()]
+        self.devices = runtime.checked_replica_devices(self.state.params, len(local))
         syncs = self.modes.sync_bn and len(devices) > 1  # one device has no other statistics
         self.sync_bn_layers = runtime.batchnorm_layers(state.stats) if syncs else 0
         note = self.stats_note()
@@ -87,6 +88,11 @@ class JaxStrategy(ABC):
         self.batch_shapes: tuple | None = None  # the first batch's, kept by train_step
         self.eval_step = runtime.evaluation(self.spec, self.task, self.stacked_params,
                                             self.stacked_stats)
+
+    def devices_per_process(self, job: Job) -> int:
+        """The devices this process drives: every one of its node's (one process per node);
+        set before JAX's backend starts."""
+        return job.world_size // job.nnodes
 
     @abstractmethod
     def setup_devices(self, job: Job) -> list[jax.Device]:
@@ -107,8 +113,8 @@ class JaxStrategy(ABC):
         none gets no note), or None."""
         return None
 
-    # --- data shard: one process reads every row of each global batch; a strategy places
-    # them on its devices as the contract's shards
+    # --- data shard: one process reads every row of each global batch (jax-multiprocess: each
+    # its rank's rows); a strategy places them on its devices as the contract's shards
     rank, num_processes = 0, 1
 
     @abstractmethod
