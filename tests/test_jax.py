@@ -30,6 +30,7 @@ TRAINING = ["--dataset", "digits", "--steps", "10", "--global-batch", "32"]
 NONORM, RESNET = ["--model", "resnet-nonorm"], ["--model", "resnet"]
 TWO = ["--devices", "2"]
 CLIP = ["--clip-grad-norm", "2.0"]  # clips some of the 10 steps (1 here), not all
+BF16 = ["--precision", "bf16"]
 RUNS = {  # name: (backend, options)
     "single": ("jax-single", [*NONORM, *CLIP, "--threads", "1"]),
     "pmap": ("jax-pmap", [*NONORM, *CLIP, *TWO]),
@@ -41,7 +42,16 @@ RUNS = {  # name: (backend, options)
     "sharded-bn": ("jax-sharded", [*RESNET, *TWO]),
     "pmap-sync": ("jax-pmap", [*RESNET, *TWO, "--sync-bn"]),
     "sharded-sync": ("jax-sharded", [*RESNET, *TWO, "--sync-bn"]),
+    "single-bf16": ("jax-single", [*NONORM, *CLIP, "--threads", "1", *BF16]),
+    "sharded-bf16": ("jax-sharded", [*NONORM, *CLIP, *TWO, *BF16]),
+    "sharded-bn-bf16": ("jax-sharded", [*RESNET, *TWO, *BF16]),
 }
+# --precision bf16 against fp32, the largest loss-curve difference over 10 steps: bfloat16's 8
+# significant bits move it (measured 1.6e-3), far less than training moves the loss (~0.3)
+BF16_MOVED = (1e-4, 1e-2)
+# bf16 on two devices against one: the batch's gradient sums are bfloat16 products added in
+# another order, so they differ at bfloat16's rounding, not float32's (measured 8.2e-4)
+BF16_DEVICES = 5e-3
 RESNET_BATCHNORMS = 9  # stem + 2 per block (3 blocks) + 2 projection shortcuts
 
 
@@ -89,7 +99,7 @@ def test_records_name_the_devices_threads_and_version(runs):
         threads = 1 if "--threads" in RUNS[name][1] else default_threads(1)
         assert env["threads_per_worker"] == threads
         assert env["intra_op_threads"] == max(threads, devices), name
-        assert metrics["compute_dtype"] == "float32"
+        assert metrics["compute_dtype"] == ("bfloat16" if "bf16" in name else "float32"), name
         assert metrics["compiled_graphs"] == 1, name  # one compilation of the step, no retrace
         assert metrics["input"]["matches_contract"], name
         assert env["cuda_version"] is None and metrics["peak_device_mb"] is None
@@ -146,9 +156,26 @@ def test_sync_bn(runs):
         assert runs[name][0]["metrics"]["sync_bn_layers"] == RESNET_BATCHNORMS
 
 
+@pytest.mark.slow
+def test_bf16_computes_in_bfloat16_and_trains_like_fp32(runs):
+    """--precision bf16 is Flax's dtype on every layer: the traced forward's outputs are
+    bfloat16 (the record's compute dtype), the parameters and the optimizer stay float32 (the
+    exported weights), BatchNorm computes in float32. The loss curve moves off fp32's by
+    bfloat16's rounding, and two devices follow one within it."""
+    for name in ("single-bf16", "sharded-bf16", "sharded-bn-bf16"):
+        record, weights = runs[name]
+        assert record["metrics"]["compute_dtype"] == "bfloat16", name
+        assert all(array.dtype == np.float32 for array in weights.values()), name
+        assert np.isfinite(curve(runs, name)).all(), name
+    assert runs["single"][0]["metrics"]["compute_dtype"] == "float32"
+    moved = gap(runs, "single", "single-bf16")
+    assert BF16_MOVED[0] < moved < BF16_MOVED[1]
+    assert gap(runs, "single-bf16", "sharded-bf16") < BF16_DEVICES
+
+
 @pytest.mark.parametrize("options,refused", [
     (["--compile"], "--compile is not available for jax-single"),
-    (["--precision", "bf16"], "--precision bf16 is not available for jax-single"),
+    (["--precision", "fp16"], "--precision fp16 is not available for jax-single"),
     (["--input", "native"], "--input native is not available for jax-single"),
     (["--profile"], "--profile is not available for jax-single"),
 ])

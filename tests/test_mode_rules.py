@@ -80,10 +80,12 @@ def test_a_backends_own_refusal_names_the_flag_as_given_and_the_reason() -> None
 
 
 def test_a_frameworks_refusal_holds_with_gpus_too() -> None:
-    why = BACKENDS["jax-single"].info.refusals["precision"]
+    why = BACKENDS["jax-single"].info.refusals["precision=fp16"]
     for gpus in (0, 1):
-        assert refusal(BACKENDS["jax-single"], Modes(precision="bf16"), gpus, 1) == (
-            f"--precision bf16 is not available for jax-single: {why}")
+        assert refusal(BACKENDS["jax-single"], Modes(precision="fp16"), gpus, 1) == (
+            f"--precision fp16 is not available for jax-single: {why}")
+        # the refusal names one value: the others of the mode run
+        assert refusal(BACKENDS["jax-single"], Modes(precision="bf16"), gpus, 1) is None
 
 
 def test_a_gpu_only_mode_is_refused_only_without_gpus() -> None:

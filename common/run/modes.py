@@ -287,7 +287,9 @@ def refusal(backend: Backend, modes: Modes, gpus: int, devices: int) -> str | No
                 f"{backend.name}: only a sharded backend that lets you choose when parameters "
                 f"are freed has it ({', '.join(RESHARDING)})")
     for mode in sorted(asked):
-        why = backend.refusals.get(mode) or framework.refusals.get(mode)
+        value = f"{mode}={getattr(modes, mode)}"  # a refusal of one value only, as precision=fp16
+        why = (backend.refusals.get(mode) or framework.refusals.get(mode)
+               or backend.refusals.get(value) or framework.refusals.get(value))
         if why is None and not gpus:
             why = framework.gpu_only.get(mode)
         if why:

@@ -68,7 +68,8 @@ class Framework:
     imports: tuple[str, ...]  # installed means every one of these is importable
     extra: str  # pip install 'parbench[<extra>]'
     backends: tuple[Backend, ...]  # its 1-device backend first
-    refusals: dict[str, str] = field(default_factory=dict)  # mode -> why no backend of it can
+    # mode (or "mode=value", one value only) -> why no backend of it can
+    refusals: dict[str, str] = field(default_factory=dict)
     gpu_only: dict[str, str] = field(default_factory=dict)  # mode -> why it needs GPUs
     gpu_only_pairs: dict[tuple[str, str], str] = field(default_factory=dict)  # two modes
     profile_note: str | None = None  # what its --profile phases include, for the report
@@ -278,10 +279,9 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                   "compiled_graphs counts the step's compilations: 1)",
                   "input": "JAX has no input pipeline of its own (JAX programs are fed numpy "
                   "arrays, often from tf.data or grain): the arrays feed is its only input",
-                  "precision": "JAX has no autocast: bf16/fp16 would mean casting "
-                  "parameters and inputs in the step by hand while keeping BatchNorm statistics "
-                  "and the loss in float32, which parbench's JAX step does not do; it computes "
-                  "in float32 (the record's compute_dtype)"}),
+                  "precision=fp16": "fp16 needs loss scaling against underflowing gradients, "
+                  "which neither Flax nor Optax provides; --precision bf16 (Flax's dtype on "
+                  "every layer, float32 parameters) has float32's range and needs none"}),
 )}
 
 BACKENDS: dict[str, Backend] = {b.name: b for f in FRAMEWORKS.values() for b in f.backends}

@@ -20,20 +20,21 @@ from .vit import Block
 
 
 class GPT(nnx.Module):
-    def __init__(self, spec: GPTSpec, rngs: nnx.Rngs):
-        self.token_embedding = nnx.Embed(spec.vocab, spec.width, rngs=rngs)
+    def __init__(self, spec: GPTSpec, dtype: jnp.dtype, rngs: nnx.Rngs):
+        self.token_embedding = nnx.Embed(spec.vocab, spec.width, dtype=dtype, rngs=rngs)
         self.position_embedding = nnx.Param(jnp.zeros((spec.context, spec.width), jnp.float32))
-        self.blocks = nnx.List([Block(spec, True, rngs) for _ in range(spec.depth)])
-        self.norm = layer_norm(spec.width, spec.norm_eps, rngs)
+        self.blocks = nnx.List([Block(spec, True, dtype, rngs) for _ in range(spec.depth)])
+        self.norm = layer_norm(spec.width, spec.norm_eps, dtype, rngs)
+        self.dtype = dtype
 
     def __call__(self, ids: jax.Array) -> jax.Array:
         """[rows, T] token ids -> [rows, T, vocab] logits of the next token at every position
         (T may be shorter than the context). An id past the vocabulary gives a NaN row:
         ``nnx.Embed`` looks up with ``jnp.take``, whose default fills, where indexing would
         clamp it to the last row silently (torch raises; a jit cannot)."""
-        x = self.token_embedding(ids) + self.position_embedding[:ids.shape[1]]
+        x = self.token_embedding(ids) + self.position_embedding[:ids.shape[1]].astype(self.dtype)
         for block in self.blocks:
             x = block(x)
         # tied output projection, no bias; not Embed.attend, which takes no precision
-        return jnp.matmul(self.norm(x), self.token_embedding.embedding[...].T,
-                          precision=PRECISION)
+        table = self.token_embedding.embedding[...].astype(self.dtype)
+        return jnp.matmul(self.norm(x), table.T, precision=PRECISION)

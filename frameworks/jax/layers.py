@@ -33,25 +33,25 @@ PRECISION = lax.Precision.HIGHEST
 
 
 def conv(c_in: int, c_out: int, kernel: int, stride: int, padding: int, bias: bool,
-         rngs: nnx.Rngs) -> nnx.Conv:
+         dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.Conv:
     """A square convolution with ``padding`` zeros on every side: the spec's symmetric padding,
     torch's. Flax's ``padding="SAME"`` is not it: with stride 2 on an even size it pads 0
     before and 1 after, where torch pads 1 on both sides, which shifts every window by one."""
     return nnx.Conv(c_in, c_out, (kernel, kernel), strides=stride,
                     padding=((padding, padding), (padding, padding)), use_bias=bias,
-                    precision=PRECISION, rngs=rngs)
+                    dtype=dtype, precision=PRECISION, rngs=rngs)
 
 
-def dense(n_in: int, n_out: int, rngs: nnx.Rngs) -> nnx.Linear:
-    return nnx.Linear(n_in, n_out, precision=PRECISION, rngs=rngs)
+def dense(n_in: int, n_out: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(n_in, n_out, dtype=dtype, precision=PRECISION, rngs=rngs)
 
 
-def layer_norm(width: int, eps: float, rngs: nnx.Rngs) -> nnx.LayerNorm:
+def layer_norm(width: int, eps: float, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.LayerNorm:
     """LayerNorm over the width with the spec's eps (the ViT's 1e-6, the GPT's 1e-5; Flax's
     default is 1e-6, torch's 1e-5, Keras' 1e-3: spelled out, not inherited), its variance taken
     as torch takes it, from the deviations (``use_fast_variance=False``; Flax's default is the
     mean of squares minus the squared mean, which cancels digits)."""
-    return nnx.LayerNorm(width, epsilon=eps, use_fast_variance=False, rngs=rngs)
+    return nnx.LayerNorm(width, epsilon=eps, use_fast_variance=False, dtype=dtype, rngs=rngs)
 
 
 class BatchNorm(nnx.Module):
@@ -63,7 +63,9 @@ class BatchNorm(nnx.Module):
     In training (``use_running_average`` False, what ``Module.train()`` sets) it normalises
     with the batch mean and biased variance and updates the running statistics; in inference
     (``Module.eval()``) it normalises with them. ``axis_name``: a pmap / shard_map axis over
-    which the batch statistics are taken (synchronized BatchNorm), None: this device's rows."""
+    which the batch statistics are taken (synchronized BatchNorm), None: this device's rows.
+    It computes in float32 whatever its input's dtype, and returns that dtype (under --precision
+    bf16, as torch's autocast keeps batch_norm in float32)."""
 
     def __init__(self, channels: int, norm: BatchNormSpec):
         self.weight = nnx.Param(jnp.ones((channels,), jnp.float32))
@@ -75,6 +77,7 @@ class BatchNorm(nnx.Module):
         self.axis_name: str | None = None
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        dtype, x = x.dtype, x.astype(jnp.float32)
         if self.use_running_average:
             mean, var = self.running_mean[...], self.running_var[...]
         else:
@@ -86,7 +89,7 @@ class BatchNorm(nnx.Module):
                 m * lax.stop_gradient(mean)
             self.running_var[...] = (1 - m) * self.running_var[...] + m * unbiased
         scale = self.weight[...] * lax.rsqrt(var + self.eps)
-        return (x - mean) * scale + self.bias[...]
+        return ((x - mean) * scale + self.bias[...]).astype(dtype)
 
 
 def moments(x: jax.Array, axis_name: str | None) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -44,14 +44,15 @@ from .tasks import TaskLoss
 from .vit import ViT
 
 TRACKED = ".num_batches_tracked"  # torch's BatchNorm counter: bookkeeping, not the spec's
+FLOAT32 = "float32"
 
 
 class ConvNorm(nnx.Module):
     """conv (bias only without norm; 3x3 pads 1, 1x1 pads 0), then the spec's BatchNorm."""
 
     def __init__(self, c_in: int, c_out: int, kernel: int, stride: int,
-                 norm: BatchNormSpec | None, rngs: nnx.Rngs):
-        self.conv = conv(c_in, c_out, kernel, stride, kernel // 2, norm is None, rngs)
+                 norm: BatchNormSpec | None, dtype: jnp.dtype, rngs: nnx.Rngs):
+        self.conv = conv(c_in, c_out, kernel, stride, kernel // 2, norm is None, dtype, rngs)
         self.bn = BatchNorm(c_out, norm) if norm is not None else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -61,10 +62,10 @@ class ConvNorm(nnx.Module):
 
 class ResidualBlock(nnx.Module):
     def __init__(self, c_in: int, c_out: int, stride: int, projection: bool,
-                 norm: BatchNormSpec | None, rngs: nnx.Rngs):
-        self.conv1 = ConvNorm(c_in, c_out, 3, stride, norm, rngs)
-        self.conv2 = ConvNorm(c_out, c_out, 3, 1, norm, rngs)
-        self.shortcut = ConvNorm(c_in, c_out, 1, stride, norm, rngs) if projection else None
+                 norm: BatchNormSpec | None, dtype: jnp.dtype, rngs: nnx.Rngs):
+        self.conv1 = ConvNorm(c_in, c_out, 3, stride, norm, dtype, rngs)
+        self.conv2 = ConvNorm(c_out, c_out, 3, 1, norm, dtype, rngs)
+        self.shortcut = ConvNorm(c_in, c_out, 1, stride, norm, dtype, rngs) if projection else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
         out = self.conv2(nnx.relu(self.conv1(x)))
@@ -72,11 +73,12 @@ class ResidualBlock(nnx.Module):
 
 
 class ResNet(nnx.Module):
-    def __init__(self, spec: ResNetSpec, rngs: nnx.Rngs):
-        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec.norm, rngs)
-        self.blocks = nnx.List([ResidualBlock(c_in, c_out, stride, projection, spec.norm, rngs)
+    def __init__(self, spec: ResNetSpec, dtype: jnp.dtype, rngs: nnx.Rngs):
+        norm = spec.norm
+        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, norm, dtype, rngs)
+        self.blocks = nnx.List([ResidualBlock(c_in, c_out, stride, projection, norm, dtype, rngs)
                                 for _, c_in, c_out, stride, projection in resnet_blocks(spec)])
-        self.head = dense(spec.stage_channels[-1], spec.num_classes, rngs)
+        self.head = dense(spec.stage_channels[-1], spec.num_classes, dtype, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """Logits of the NCHW batch ``x`` (NHWC from here on, Flax's layout)."""
@@ -87,10 +89,11 @@ class ResNet(nnx.Module):
 
 
 class MLP(nnx.Module):
-    def __init__(self, spec: MLPSpec, rngs: nnx.Rngs):
+    def __init__(self, spec: MLPSpec, dtype: jnp.dtype, rngs: nnx.Rngs):
         sizes = [math.prod(spec.input_shape), *spec.hidden]
-        self.hidden = nnx.List([dense(n_in, n_out, rngs) for n_in, n_out in zip(sizes, sizes[1:])])
-        self.head = dense(sizes[-1], spec.num_classes, rngs)
+        self.hidden = nnx.List([dense(n_in, n_out, dtype, rngs)
+                                for n_in, n_out in zip(sizes, sizes[1:])])
+        self.head = dense(sizes[-1], spec.num_classes, dtype, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x.reshape(x.shape[0], -1)  # flattened in NCHW order, as torch's flatten(1)
@@ -103,20 +106,22 @@ class MLP(nnx.Module):
 MODELS: dict[str, type[nnx.Module]] = {"resnet": ResNet, "mlp": MLP, "vit": ViT, "gpt": GPT}
 
 
-def build(spec: ModelSpec) -> nnx.Module:
+def build(spec: ModelSpec, dtype: str = FLOAT32) -> nnx.Module:
     """``spec``'s module with abstract variables (shapes, no values: the weights come from the
-    canonical file, so nothing is initialised at random)."""
+    canonical file, so nothing is initialised at random). ``dtype``: what its layers compute
+    in (Flax's ``dtype``; the parameters stay float32, Flax's ``param_dtype``)."""
     kind_of(spec)  # an unknown kind: ValueError naming the known ones
     if spec.kind not in MODELS:
         raise ValueError(f"JAX has no model for model kind {spec.kind!r}")
-    return nnx.eval_shape(lambda: MODELS[spec.kind](spec, nnx.Rngs(0)))
+    return nnx.eval_shape(lambda: MODELS[spec.kind](spec, jnp.dtype(dtype), nnx.Rngs(0)))
 
 
 @lru_cache
-def graph(spec: ModelSpec, train: bool, sync_axis: str | None = None) -> nnx.GraphDef:
+def graph(spec: ModelSpec, train: bool, sync_axis: str | None = None,
+          dtype: str = FLOAT32) -> nnx.GraphDef:
     """The module's graph in training or inference mode; ``sync_axis``: the pmap / shard_map
     axis over which BatchNorm takes its batch statistics (synchronized BatchNorm)."""
-    module = build(spec)
+    module = build(spec, dtype)
     module.train() if train else module.eval()
     if sync_axis is not None:
         module.set_attributes(axis_name=sync_axis, raise_if_not_found=False)
@@ -124,14 +129,14 @@ def graph(spec: ModelSpec, train: bool, sync_axis: str | None = None) -> nnx.Gra
 
 
 def apply(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, train: bool,
-          sync_axis: str | None = None) -> tuple[jax.Array, Stats]:
+          sync_axis: str | None = None, dtype: str = FLOAT32) -> tuple[jax.Array, Stats]:
     """Logits of the batch ``x`` (NCHW images -> [rows, classes]; [rows, T] token ids -> [rows,
-    T, vocab]) and the running statistics after the pass: updated in training mode, as they
-    were in inference mode."""
+    T, vocab]), in ``dtype``, and the running statistics after the pass: updated in training
+    mode, as they were in inference mode."""
     # copy=True: variables made here, in this trace. Without it the module would hold the
     # states' own, made where the arrays entered a jit; BatchNorm writing into one of those
     # from inside jax.grad is a TraceContextError (flax 0.12.8)
-    module = nnx.merge(graph(spec, train, sync_axis), params, stats, copy=True)
+    module = nnx.merge(graph(spec, train, sync_axis, dtype), params, stats, copy=True)
     return module(x), nnx.state(module, nnx.BatchStat)
 
 
@@ -176,8 +181,8 @@ def names(tree) -> list[str]:
 
 # --- loss and evaluation: the forward, then the task's (tasks.py)
 def loss_fn(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.Array,
-            train: bool = True, sync_axis: str | None = None, *,
-            task: TaskLoss) -> tuple[jax.Array, Stats]:
+            train: bool = True, sync_axis: str | None = None, *, task: TaskLoss,
+            dtype: str = FLOAT32, seen: dict | None = None) -> tuple[jax.Array, Stats]:
     """(the task's mean loss over the rows given, statistics after the pass): for image
     classification the mean cross-entropy, what torch's ``CrossEntropyLoss`` computes, for
     language modelling its mean over rows and positions; the statistics are
@@ -187,16 +192,22 @@ def loss_fn(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.
     ``pmap`` each device gets its own rows' gradient, which ``lax.pmean`` turns into the global
     batch's; under ``shard_map`` (default ``check_vma``) the gradient of replicated params
     comes back already *summed* over the axis, so the global batch's is that divided by the
-    axis size (a pmean on top leaves it summed, a psum doubles it again)."""
-    outputs, stats = apply(spec, params, stats, x, train, sync_axis)
+    axis size (a pmean on top leaves it summed, a psum doubles it again).
+
+    ``dtype``: what the layers compute in (--precision); the task takes the loss in float32.
+    ``seen``: receives, while tracing, the dtype the layers computed the outputs in (the
+    record's compute_dtype: what ran, not what was asked)."""
+    outputs, stats = apply(spec, params, stats, x, train, sync_axis, dtype)
+    if seen is not None:
+        seen["compute_dtype"] = str(outputs.dtype)
     return task.mean_loss(outputs, y), stats
 
 
 def evaluate(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.Array, *,
-             task: TaskLoss) -> tuple[jax.Array, jax.Array]:
+             task: TaskLoss, dtype: str = FLOAT32) -> tuple[jax.Array, jax.Array]:
     """The task's evaluation outputs in inference mode (image classification: the predicted
     class of each row, the summed cross-entropy; language modelling: the predicted next token
     at every position, the cross-entropy summed over all of them); jit-able, the caller takes
     them to the host."""
-    outputs, _ = apply(spec, params, stats, x, train=False)
+    outputs, _ = apply(spec, params, stats, x, train=False, dtype=dtype)
     return task.evaluation(outputs, y)

@@ -121,7 +121,7 @@ class CompileCounter:
             self.active = False
 
 
-def evaluation(spec, task: TaskLoss, stacked_params: bool = False,
+def evaluation(spec, task: TaskLoss, dtype: str, stacked_params: bool = False,
                stacked_stats: bool = False) -> Callable:
     """(params, stats, x, y) -> the task's evaluation outputs (image classification: predicted
     classes, loss_sum; language modelling: predicted tokens [rows, T], loss_sum) in inference
@@ -133,7 +133,7 @@ def evaluation(spec, task: TaskLoss, stacked_params: bool = False,
 
     def evaluate(params, stats, x, y):
         return model.evaluate(spec, unstack(params, stacked_params), unstack(stats, stacked_stats),
-                              x, y, task=task)
+                              x, y, task=task, dtype=dtype)
 
     return jax.jit(evaluate)
 

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from functools import partial
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -34,7 +33,7 @@ from parbench.contract.weights import load_weights
 from parbench.run.feeds import Feed
 from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
-from parbench.run.modes import Modes, Observed
+from parbench.run.modes import COMPUTE_DTYPES, Modes, Observed
 from parbench.run.profiling import StepProfiler
 from parbench.run.registry import get_backend
 
@@ -72,6 +71,7 @@ class JaxStrategy(ABC):
         # rule (--optimizer, --clip-grad-norm) and the run's task, placed where the step
         # keeps them; every copy comes from the same host arrays, so none needs a broadcast
         self.spec, self.task = job.spec, tasks.loss_for(job.task)
+        self.compute_dtype = COMPUTE_DTYPES[job.modes.precision]  # --precision: Flax's dtype
         self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
         self.clip = job.optimizer_spec.clip_grad_norm
         state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
@@ -86,8 +86,8 @@ class JaxStrategy(ABC):
         self.compiles, self.traced = runtime.CompileCounter(), {}
         self.step = self.compile_step(devices)
         self.batch_shapes: tuple | None = None  # the first batch's, kept by train_step
-        self.eval_step = runtime.evaluation(self.spec, self.task, self.stacked_params,
-                                            self.stacked_stats)
+        self.eval_step = runtime.evaluation(self.spec, self.task, self.compute_dtype,
+                                            self.stacked_params, self.stacked_stats)
 
     def devices_per_process(self, job: Job) -> int:
         """The devices this process drives: every one of its node's (one process per node);
@@ -139,7 +139,6 @@ class JaxStrategy(ABC):
 
     def compiled_step(self, state: TrainState, x: jax.Array, y: jax.Array,
                       lr: jax.Array) -> tuple[TrainState, jax.Array]:
-        self.trace_step(x, state.params)
         loss, grads, stats, passes = training.accumulated_gradient(
             self.step_loss(), state.params, state.stats, x, y, self.modes.grad_accum,
             axis=self.micro_batch_axis)
@@ -148,9 +147,11 @@ class JaxStrategy(ABC):
         return training.apply_update(self.optimizer, self.clip, state, grads, stats, lr), loss
 
     def model_loss(self, sync_axis: str | None = None) -> LossOf:
-        """The run's task's mean loss of the model's training-mode forward over the rows given;
-        ``sync_axis``: BatchNorm's statistics over that pmap axis (model.apply)."""
-        return partial(model.loss_fn, self.spec, sync_axis=sync_axis, task=self.task)
+        """The run's task's mean loss of the model's training-mode forward over the rows given,
+        the layers in the run's precision; ``sync_axis``: BatchNorm's statistics over that pmap
+        axis (model.apply). Tracing it records the dtype the layers computed in."""
+        return partial(model.loss_fn, self.spec, sync_axis=sync_axis, task=self.task,
+                       dtype=self.compute_dtype, seen=self.traced)
 
     def step_loss(self) -> LossOf:
         """What the step differentiates: the model's loss over the rows the program holds."""
@@ -160,11 +161,6 @@ class JaxStrategy(ABC):
         """The global batch's gradient and loss from the step's own: the same where the
         program's loss is already the global batch's (one device, or one program over them)."""
         return grads, loss
-
-    def trace_step(self, x: jax.Array, params: Params) -> None:
-        """Called while the step is traced: keep the dtype it computes in (for ``observed``);
-        a language model's token ids are integers, which promote to the parameters' dtype."""
-        self.traced["compute_dtype"] = str(jnp.result_type(x, *jax.tree.leaves(params)))
 
     def train_step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         x, y = self.place_batch(x), self.place_batch(y)

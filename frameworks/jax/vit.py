@@ -36,9 +36,9 @@ class SelfAttention(nnx.Module):
     (layers.py). Flax masks with the dtype's lowest value, not -inf: the same softmax, since
     the diagonal is never masked."""
 
-    def __init__(self, width: int, heads: int, causal: bool, rngs: nnx.Rngs):
-        self.qkv = dense(width, 3 * width, rngs)
-        self.proj = dense(width, width, rngs)
+    def __init__(self, width: int, heads: int, causal: bool, dtype: jnp.dtype, rngs: nnx.Rngs):
+        self.qkv = dense(width, 3 * width, dtype, rngs)
+        self.proj = dense(width, width, dtype, rngs)
         self.heads, self.causal = heads, causal
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -52,8 +52,8 @@ class SelfAttention(nnx.Module):
 
 
 class FeedForward(nnx.Module):
-    def __init__(self, width: int, hidden: int, rngs: nnx.Rngs):
-        self.fc1, self.fc2 = dense(width, hidden, rngs), dense(hidden, width, rngs)
+    def __init__(self, width: int, hidden: int, dtype: jnp.dtype, rngs: nnx.Rngs):
+        self.fc1, self.fc2 = dense(width, hidden, dtype, rngs), dense(hidden, width, dtype, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.fc2(gelu(self.fc1(x)))
@@ -62,11 +62,11 @@ class FeedForward(nnx.Module):
 class Block(nnx.Module):
     """Pre-norm residual attention, then pre-norm residual MLP."""
 
-    def __init__(self, spec: ViTSpec | GPTSpec, causal: bool, rngs: nnx.Rngs):
-        self.norm1 = layer_norm(spec.width, spec.norm_eps, rngs)
-        self.attn = SelfAttention(spec.width, spec.heads, causal, rngs)
-        self.norm2 = layer_norm(spec.width, spec.norm_eps, rngs)
-        self.mlp = FeedForward(spec.width, spec.mlp_width, rngs)
+    def __init__(self, spec: ViTSpec | GPTSpec, causal: bool, dtype: jnp.dtype, rngs: nnx.Rngs):
+        self.norm1 = layer_norm(spec.width, spec.norm_eps, dtype, rngs)
+        self.attn = SelfAttention(spec.width, spec.heads, causal, dtype, rngs)
+        self.norm2 = layer_norm(spec.width, spec.norm_eps, dtype, rngs)
+        self.mlp = FeedForward(spec.width, spec.mlp_width, dtype, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x + self.attn(self.norm1(x))
@@ -74,15 +74,16 @@ class Block(nnx.Module):
 
 
 class ViT(nnx.Module):
-    def __init__(self, spec: ViTSpec, rngs: nnx.Rngs):
-        width = spec.width
+    def __init__(self, spec: ViTSpec, dtype: jnp.dtype, rngs: nnx.Rngs):
+        width, self.dtype = spec.width, dtype
         # patch embedding: kernel = stride = patch, no padding, with bias
-        self.patch = conv(spec.input_shape[0], width, spec.patch, spec.patch, 0, True, rngs)
+        self.patch = conv(spec.input_shape[0], width, spec.patch, spec.patch, 0, True, dtype,
+                          rngs)
         self.class_token = nnx.Param(jnp.zeros((1, 1, width), jnp.float32))
         self.position_embedding = nnx.Param(jnp.zeros((1, spec.tokens, width), jnp.float32))
-        self.blocks = nnx.List([Block(spec, False, rngs) for _ in range(spec.depth)])
-        self.norm = layer_norm(width, spec.norm_eps, rngs)
-        self.head = dense(width, spec.num_classes, rngs)
+        self.blocks = nnx.List([Block(spec, False, dtype, rngs) for _ in range(spec.depth)])
+        self.norm = layer_norm(width, spec.norm_eps, dtype, rngs)
+        self.head = dense(width, spec.num_classes, dtype, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """Logits of the NCHW batch ``x``."""
@@ -90,8 +91,10 @@ class ViT(nnx.Module):
         batch, width = patches.shape[0], patches.shape[-1]
         # row-major over (H/p, W/p): token i * W/p + j is patch row i, column j, as the spec says
         tokens = patches.reshape(batch, -1, width)
-        cls = jnp.broadcast_to(self.class_token[...], (batch, 1, width))
-        x = jnp.concatenate([cls, tokens], axis=1) + self.position_embedding[...]
+        # the float32 tables in the layers' dtype, or the sum would promote back to float32
+        cls = jnp.broadcast_to(self.class_token[...].astype(self.dtype), (batch, 1, width))
+        x = jnp.concatenate([cls, tokens], axis=1) + \
+            self.position_embedding[...].astype(self.dtype)
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x)[:, 0])  # the class token's row
