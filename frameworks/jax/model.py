@@ -155,10 +155,12 @@ def split_weights(spec: ModelSpec, weights: dict[str, np.ndarray]) -> tuple[Para
     weights = {name: array for name, array in weights.items() if name not in counters}
     check_weights(spec, weights)
     graphdef, abstract = nnx.split(build(spec))
-    state = nnx.from_flat_state([
-        (path, variable.replace(value=jnp.asarray(to_flax(path, weights[canonical_name(path)]),
-                                            jnp.float32)))
-        for path, variable in nnx.to_flat_state(abstract)])
+
+    def loaded(path: tuple, variable: nnx.Variable) -> tuple[tuple, nnx.Variable]:
+        array = to_flax(path, weights[canonical_name(path)])
+        return path, variable.replace(value=jnp.asarray(array, jnp.float32))
+
+    state = nnx.from_flat_state([loaded(*item) for item in nnx.to_flat_state(abstract)])
     _, params, stats = nnx.split(nnx.merge(graphdef, state), nnx.Param, nnx.BatchStat)
     return params, stats
 

@@ -42,7 +42,7 @@ if workers.worker_index() is not None:
     import jax
     from jax.experimental import multihost_utils
 
-    from . import runtime
+    from . import model, runtime
     from .layers import Params, Stats
     from .sharded import AXIS, Sharded
 else:  # MultiProcess is never built in the supervisor: it needs only a base to define it on
@@ -114,8 +114,6 @@ class MultiProcess(Sharded):
 
     # --- export: the parameters (this process's copy) and device 0's running statistics
     def export_weights(self) -> dict[str, np.ndarray]:
-        from . import model
-
         stats = jax.tree.map(lambda array: array[0], self.device_zero_stats()) \
             if self.stacked_stats else self.device_zero_stats()
         return model.export_weights(
