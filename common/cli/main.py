@@ -103,11 +103,13 @@ def cmd_parity(args: argparse.Namespace) -> int:
 
 
 def cmd_list(_args: argparse.Namespace) -> int:
+    rows = []
     for backend in BACKENDS.values():
         reason = backend.missing_reason()
         state = "available" if reason is None else f"unavailable: {reason}"
-        print(f"{backend.name:<20} {backend.strategy:<30} launchers "
-              f"{'/'.join(backend.launchers):<16} {state}")
+        rows.append([backend.name, backend.strategy, f"launchers {'/'.join(backend.launchers)}",
+                     state])
+    print(tabulate(rows, tablefmt="plain"))
     for framework in FRAMEWORKS.values():
         if framework.no_sharding:
             print(f"{framework.name}: no sharded backend: {framework.no_sharding}")
