@@ -8,17 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from parbench.base.devices import cpu_count
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from parbench.base.devices import cpu_count, cpu_model
 
 
 def git_commit() -> str | None:
