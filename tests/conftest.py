@@ -21,6 +21,7 @@ import pytest
 
 from parbench.cli.parity import FORWARD_CASES, run_forwards
 from parbench.contract.spec import MODEL_NAMES
+from parbench.run.peak import CACHE_ENV
 from parbench.run.registry import BACKENDS, FRAMEWORKS
 
 
@@ -32,6 +33,16 @@ def parbench(*args: str, env: dict | None = None, timeout: float = 600,
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([*prefix, sys.executable, "-m", "parbench.cli", *args],
                           capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_peak_cache(tmp_path_factory) -> Path:
+    """Every run of the suite reads an empty matmul-peak cache of its own, never the user's
+    (~/.cache/parbench/peak.json): a record's utilisation must not depend on what someone
+    measured on this machine before. A test that wants a peak measures it into its own."""
+    path = tmp_path_factory.mktemp("peak-cache") / "peak.json"
+    os.environ[CACHE_ENV] = str(path)
+    return path
 
 
 def run_ok(folder: Path, backend: str, *args: str) -> dict:

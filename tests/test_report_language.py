@@ -9,8 +9,10 @@ import json
 import pytest
 from test_report import by_row, markdown_tables, record
 
+from parbench.contract.spec import build_spec
 from parbench.results.records import SCHEMA_VERSION, check_record
 from parbench.results.report import render
+from parbench.results.utilisation import flops_metrics
 
 SPEC = "c" * 64
 CONTEXT = 64
@@ -36,7 +38,12 @@ def language_record(backend: str, devices: int, repeat: int, tokens_per_s: float
                "communication": {"method": "counted", "bytes": {"all-reduce": 400 * (devices > 1)}},
                "nodes": [{"node": 0, "host": "h", "ranks": list(range(devices)),
                           "step_time_ms": base["metrics"]["step_time_ms"], "score_s": 0.1,
-                          "data_wait_ms": 0.0}]}
+                          "data_wait_ms": 0.0}],
+               "flops": flops_metrics(build_spec("gpt", (CONTEXT,), 64), 128,
+                                      base["metrics"]["step_time_ms"]["median"], devices,
+                                      {"framework": "torch", "framework_version": "2.5.1",
+                                       "compute_dtype": "float32", "threads": 1,
+                                       "gpu_model": None})}
     return {**base, "schema_version": SCHEMA_VERSION, "task": "language-modeling",
             "model": "gpt", "dataset": "markov", "metrics": metrics, "nnodes": 1,
             "node_rank": 0, "hosts": ["h"] * devices, "variant": {"threads": 1, "nnodes": 1},

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from parbench.base.devices import gpu_models
 from parbench.base.errors import UsageError
 from parbench.base.files import private_tempdir
 from parbench.base.ports import free_port
@@ -24,6 +25,7 @@ from parbench.contract.weights import initial_weights, save_weights
 from parbench.results.metrics import aggregate, divergence, warmup_steps
 from parbench.results.records import SCHEMA_VERSION, name_of
 from parbench.results.samples import input_metrics
+from parbench.results.utilisation import flops_metrics
 from parbench.run.job import Job
 from parbench.run.loop import RankLog
 from parbench.run.profiling import attach, window
@@ -240,6 +242,18 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
     return record
 
 
+def _flops(prepared: Prepared, metrics: dict, framework_env: dict) -> dict:
+    """metrics.flops: the spec's FLOPs against the steady step time and this machine's peaks
+    (a GPU run's GPU model read here, on node 0: the nodes of one run are taken to be alike)."""
+    plan = prepared.plan
+    hardware = {"framework": plan.backend.framework,
+                "framework_version": framework_env["framework_version"],
+                "compute_dtype": metrics["compute_dtype"], "threads": plan.threads,
+                "gpu_model": (gpu_models() or [None])[0] if framework_env["gpus"] else None}
+    return flops_metrics(prepared.spec, plan.global_batch, metrics["step_time_ms"]["median"],
+                         plan.world_size, hardware)
+
+
 def _record(prepared: Prepared, repeat: int, run: Execution) -> dict:
     cfg, plan, logs = prepared.cfg, prepared.plan, run.logs
     described = logs[0].describe if logs else {}
@@ -254,6 +268,8 @@ def _record(prepared: Prepared, repeat: int, run: Execution) -> dict:
     extra = {k: v for k, v in described.items() if k not in framework_env and k != "notes"}
     metrics = aggregate(logs, prepared.task, plan.global_batch, run.launch,
                         cfg.target_accuracy) if run.status == "ok" else None
+    if metrics is not None:
+        metrics["flops"] = _flops(prepared, metrics, framework_env)
     return {
         "schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

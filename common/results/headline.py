@@ -45,7 +45,7 @@ def headline_columns(rows: list[Row]) -> tuple[str, ...]:
     columns = ("framework", "devices",
                *(mode.column for mode in MODES.values() if mode.headline), "fastest",
                throughput_column(rows[0].task), "scaling eff.", "cv %", "noisy",
-               "RSS MiB per rank")
+               "TFLOP/s per device", "util. %", "MFU %", "RSS MiB per rank")
     on_devices = any(isinstance(row.cells[ON_DEVICES], list) for row in rows)
     return (*columns, ON_DEVICES) if on_devices else columns
 
@@ -77,4 +77,28 @@ def warnings(rows: list[Row]) -> list[str]:
                  for what, cells in (("noisy", noisy), ("not ok", not_ok)) if cells]
         if parts:
             lines.append(f"{framework}: {'; '.join(parts)}")
+    return lines
+
+
+def _limit(row: Row) -> tuple[str, float] | None:
+    """(what the share is of, the share %) of a row: MFU where a datasheet peak exists, else
+    the measured matmul peak's; None without either."""
+    for column, of in (("MFU %", "datasheet"), ("util. %", "measured matmul")):
+        if row.cells[column] is not None:
+            return of, row.cells[column]
+    return None
+
+
+def limit_lines(rows: list[Row]) -> list[str]:
+    """Per framework, how close its backend nearest the limit comes, and how far the farthest
+    stays (share of the peak per device, at one device count each)."""
+    lines = []
+    for framework, of in _by_framework(rows).items():
+        shares = sorted(((row, *limit) for row in of if (limit := _limit(row))),
+                        key=lambda entry: -entry[2])
+        if not shares:
+            continue
+        (near, peak, best), (far, _, worst) = shares[0], shares[-1]
+        lines.append(f"{framework}: closest to the limit {near.label}, {best:.3g} % of the "
+                     f"{peak} peak per device; farthest {far.label}, {worst:.3g} %.")
     return lines

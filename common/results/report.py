@@ -18,10 +18,11 @@ from parbench.run.modes import MODES
 from parbench.run.registry import FRAMEWORKS
 
 from .envrows import environment_rows
-from .headline import headline_columns, headline_rows, warnings
+from .headline import headline_columns, headline_rows, limit_lines, warnings
 from .noderows import NODE_SCORES, node_rows, node_scores
 from .records import BUSY_LOAD_PER_CORE
 from .rows import (
+    FLOPS_COLUMNS,
     KEY,
     MODE_COLUMNS,
     NOISY_CV_PERCENT,
@@ -36,7 +37,9 @@ from .sharding import COLUMNS as SHARDING_COLUMNS
 from .sharding import NOTES as SHARDING_NOTES
 from .sharding import sharded_pairs, sharding_cells, trade_line, unsharded_frameworks
 
-OPTIONAL = ("data wait %",)  # left out of a table where no row has it (older records)
+# left out of a table where no row has it: older records; MFU where no GPU has a datasheet
+# peak; utilisation where no peak was measured
+OPTIONAL = ("data wait %", *FLOPS_COLUMNS)
 ENVIRONMENT = ("spec", *RUN_KEY, "runs", "python", "OS", "CPU", "cores", "threads/worker",
                "framework", "version", "device names", "CUDA", "NCCL", "git commit")
 PROFILES = (*KEY, "status", "runs", "forward ms", "backward ms", "optimizer ms",
@@ -85,8 +88,8 @@ def performance_columns(task: type[Task]) -> tuple[str, ...]:
     speed = throughput_column(task)
     per_device = (f"{speed} per device",) if task.per_device_throughput else ()
     return (*KEY, "status", "runs", speed, f"{speed} min", f"{speed} max", *per_device, "cv %",
-            "noisy", "scaling eff.", "step ms p50", "step ms p90", "data wait %", "startup s",
-            "first step s")
+            "noisy", "scaling eff.", "step ms p50", "step ms p90", *FLOPS_COLUMNS,
+            "data wait %", "startup s", "first step s")
 
 
 def quality_columns(task: type[Task]) -> tuple[str, ...]:
@@ -120,6 +123,13 @@ def notes(speed: str) -> list[str]:
         f"{', '.join(m.column for m in MODES.values() if not m.matters_on_one_device)}. A mode "
         "column that is the same in every row of a table is left out of it and named in the "
         "table's note.",
+        "TFLOP/s = the model FLOPs of one step, from the spec (matrix products and attention, 2 "
+        "per multiply-add, training = 3 x forward; norms, activations, the loss and the "
+        "optimizer left out), / the median step time, all devices together and per device. "
+        "util. % = TFLOP/s per device / the dense matmul peak 'parbench peak' measured on the "
+        "run's machine with the same framework, version, compute dtype and threads per worker "
+        "(empty where none was measured); MFU % = the same over the GPU's datasheet dense peak "
+        "(empty on CPUs and unknown GPUs).",
         "data wait % = the time steps waited for their batch (taking it from the arrays or the "
         "framework's loader) as a share of that wait plus the step times, all ranks together; a "
         "loader that cannot keep up shows here rather than in the step time."]
@@ -191,6 +201,7 @@ def _headline(group: Group) -> Table:
     best = headline_rows(group.rows)
     table = _table(group.title, headline_columns(group.rows),
                    [row.cells | extra for row, extra in best], _marks([row for row, _ in best]))
+    table.notes += limit_lines(group.rows)
     table.notes += warnings(group.rows) or ["No noisy or failed cells."]
     if group.diverged:
         table.notes.append("Diverged, in no table but Diverged runs: "

@@ -193,6 +193,7 @@ def _cells(row: Row) -> dict[str, Cell]:
         "step ms p50": row.median(lambda m: m["step_time_ms"]["median"]),
         "step ms p90": row.median(lambda m: m["step_time_ms"]["p90"]),
         "data wait %": row.median(_wait_percent),
+        **_flops_cells(row),
         "startup s": row.median(lambda m: m["startup_s"]),
         "first step s": row.median(lambda m: m["first_step_s"]),
         **{column: row.median(lambda m, key=key: m.get(key))
@@ -204,6 +205,22 @@ def _cells(row: Row) -> dict[str, Cell]:
         if devices else no_device,
         "device MiB per device": devices or no_device,
     }
+
+
+# metrics.flops (schema 9): model FLOP/s achieved and its share of the peaks, in per cent
+FLOPS_COLUMNS = {"TFLOP/s": ("achieved_tflops", 1), "TFLOP/s per device":
+                 ("achieved_tflops_per_device", 1), "util. %": ("utilisation", 100),
+                 "MFU %": ("mfu", 100)}
+
+
+def _flops_cells(row: Row) -> dict[str, Cell]:
+    def get(key: str, scale: float) -> Callable[[dict], float | None]:
+        def value(metrics: dict) -> float | None:
+            figure = (metrics.get("flops") or {}).get(key)
+            return None if figure is None else scale * figure
+        return value
+
+    return {column: row.median(get(*field)) for column, field in FLOPS_COLUMNS.items()}
 
 
 def _per_device(throughput: float | None, devices: int) -> float | None:
