@@ -312,14 +312,16 @@ def test_a_real_measurement_is_plausible_and_cached(tmp_path, framework):
     """Small sizes (the command's --sizes), then the same command again: read from the cache,
     no framework process started (its entry untouched)."""
     cache = tmp_path / "peak.json"
-    args = ("peak", "--framework", framework, "--dtype", "float32", "--sizes", "128,256")
+    cores = len(os.sched_getaffinity(0))
+    args = ("peak", "--framework", framework, "--dtype", "float32", "--threads", str(cores),
+            "--sizes", "128,256")
     first = parbench(*args, env={CACHE_ENV: str(cache)})
     assert first.returncode == 0, first.stderr
     (entry,) = json.loads(cache.read_text())["entries"]
     result = entry["result"]
     assert plausible(result["tflops"]), result
     assert [figure["size"] for figure in result["sizes"]] == [128, 256]
-    assert result["threads"] == len(os.sched_getaffinity(0))  # a one-process run's default
+    assert result["threads"] == cores
     assert result["framework_version"] == installed_version(FRAMEWORKS[framework].imports[0])
     assert "measured" in first.stdout and f"{result['tflops']:.3f} TFLOP/s" in first.stderr
     written = cache.stat().st_mtime_ns
@@ -334,9 +336,12 @@ def test_a_real_measurement_is_plausible_and_cached(tmp_path, framework):
 
 
 @pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")
-def test_the_defaults_are_what_a_one_process_cpu_run_gets():
+def test_the_defaults_are_what_a_one_and_a_two_process_cpu_run_get():
     plan = peak_plan(build_parser().parse_args(["peak"]))
-    assert plan.threads == len(os.sched_getaffinity(0)) and plan.device == "cpu"
+    cores = len(os.sched_getaffinity(0))
+    assert plan.threads == list(dict.fromkeys([cores, max(1, cores // 2)]))
+    assert plan.device == "cpu"
+    assert peak_plan(build_parser().parse_args(["peak", "--threads", "3,1,3"])).threads == [3, 1]
     assert plan.dtypes == ["float32", "bfloat16"] and plan.sizes == list(CPU_SIZES)
     assert plan.frameworks == [name for name, framework in FRAMEWORKS.items()
                                if framework.missing_reason() is None]

@@ -1,6 +1,6 @@
 """``parbench peak``: the dense-matmul peak of each installed framework and dtype on this
-machine, with the threads a one-process run gets, measured where the cache lacks it (all of it
-with --refresh), printed as a table beside the GPU's datasheet figure, and cached for runs to
+machine, with the threads each process of a 1- and a 2-device run gets (the default
+comparison's), measured where the cache lacks it (all of it with --refresh), printed as a table beside the GPU's datasheet figure, and cached for runs to
 read (parbench.run.peak says how it is measured and where the cache is)."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class PeakPlan:
 
     frameworks: list[str]
     dtypes: list[str]
-    threads: int
+    threads: list[int]  # one measurement per thread count
     device: str
     sizes: list[int]  # the n of the n x n products, --sizes or the device's default
 
@@ -55,8 +55,9 @@ def add_peak_parser(sub: argparse._SubParsersAction) -> None:
                       help=f"{', '.join(FRAMEWORKS)} (repeatable); default: every installed")
     peak.add_argument("--dtype", default=DEFAULT_DTYPES,
                       help=f"comma-separated, of {', '.join(DTYPES)} ({DEFAULT_DTYPES})")
-    peak.add_argument("--threads", help="compute threads, as a run's --threads (default: the "
-                      "cores this process may use, what a one-process run gets)")
+    peak.add_argument("--threads", help="comma-separated compute threads, as a run's --threads "
+                      "(default: what each process of a 1- and a 2-device run gets: the cores "
+                      "this process may use, and half of them)")
     peak.add_argument("--device", help="cpu or cuda (the first visible GPU); default: cuda "
                       "where there is a GPU, else cpu")
     peak.add_argument("--sizes", help="comma-separated n of the n x n products (default "
@@ -74,9 +75,10 @@ def cmd_peak(args: argparse.Namespace) -> int:
     rows, failed = [], 0
     for framework in plan.frameworks:
         for dtype in plan.dtypes:
-            result, source = _one(plan, framework, dtype, args.refresh)
-            failed += source == "failed"
-            rows.append(_row(plan, framework, dtype, result, source))
+            for threads in plan.threads:
+                result, source = _one(plan, framework, dtype, threads, args.refresh)
+                failed += source == "failed"
+                rows.append(_row(plan, framework, dtype, threads, result, source))
     print(tabulate(rows, headers=HEADERS, tablefmt="github"))
     print(f"cache: {cache_path()}", file=sys.stderr)
     return 1 if failed else 0
@@ -97,13 +99,15 @@ def peak_plan(args: argparse.Namespace) -> PeakPlan:
     unknown = [dtype for dtype in dtypes if dtype not in DTYPES]
     if unknown:
         raise UsageError(f"--dtype {args.dtype}: each one of {', '.join(DTYPES)}")
-    threads = cpu_count() if args.threads is None else _integer(
-        "--threads", args.threads, 1, MAX_THREADS)
     device = _device(args.device)
+    threads = [cpu_count(), max(1, cpu_count() // 2)] if args.threads is None else [
+        _integer("--threads", text, 1, MAX_THREADS) for text in args.threads.split(",")]
+    if device == "cuda":  # host threads do not drive a GPU's product: one measurement
+        threads = threads[:1]
     sizes = [_integer("--sizes", size, *SIZE_RANGE) for size in args.sizes.split(",")] \
         if args.sizes is not None else list(GPU_SIZES if device == "cuda" else CPU_SIZES)
-    return PeakPlan(list(dict.fromkeys(frameworks)), list(dict.fromkeys(dtypes)), threads,
-                    device, sorted(set(sizes)))
+    return PeakPlan(list(dict.fromkeys(frameworks)), list(dict.fromkeys(dtypes)),
+                    list(dict.fromkeys(threads)), device, sorted(set(sizes)))
 
 
 def _integer(option: str, text: str, low: int, high: int) -> int:
@@ -127,21 +131,22 @@ def _device(given: str | None) -> str:
     return given
 
 
-def _one(plan: PeakPlan, framework: str, dtype: str, refresh: bool) -> tuple[dict, str]:
+def _one(plan: PeakPlan, framework: str, dtype: str, threads: int,
+         refresh: bool) -> tuple[dict, str]:
     """(result, source): the cached entry where it fits the plan, else a new measurement,
     cached; progress on stderr. A failed measurement is ({"error": why}, "failed"), and the
     others go on (timm's benchmark does the same per model)."""
-    label = f"peak: {framework} {dtype}, {plan.threads} thread(s), {plan.device}: "
+    label = f"peak: {framework} {dtype}, {threads} thread(s), {plan.device}: "
     version = installed_version(FRAMEWORKS[framework].imports[0])
     cached = None if refresh or version is None else measured_peak(
-        framework, version, dtype, plan.threads, plan.device)
+        framework, version, dtype, threads, plan.device)
     if cached is not None and _fits(cached, plan.sizes):
         print(f"{label}cached ({cached['measured_at']})", file=sys.stderr)
         return cached, "cached"
     print(label, end="", file=sys.stderr, flush=True)
     started = time.monotonic()
     try:
-        result = measure(framework, dtype, plan.threads, plan.device, plan.sizes,
+        result = measure(framework, dtype, threads, plan.device, plan.sizes,
                          env=allocator_env())
     except PeakError as error:
         print(f"failed: {error}", file=sys.stderr)
@@ -166,13 +171,14 @@ def _figure(result: dict) -> str:
     return f"{result['tflops']:.3f} TFLOP/s (n={result['best_size']})"
 
 
-def _row(plan: PeakPlan, framework: str, dtype: str, result: dict, source: str) -> list:
+def _row(plan: PeakPlan, framework: str, dtype: str, threads: int, result: dict,
+         source: str) -> list:
     """One table row; the datasheet figure only on a GPU the table knows."""
     tflops = result.get("tflops")
     note = result.get("error") or result.get("unsupported") or ""
     if result.get("skipped_sizes"):
         note = f"skipped n={','.join(map(str, result['skipped_sizes']))} (too slow)"
-    return [framework, result.get("framework_version", ""), dtype, plan.threads, plan.device,
+    return [framework, result.get("framework_version", ""), dtype, threads, plan.device,
             "" if tflops is None else f"{tflops:.3f}", result.get("best_size") or "",
             _datasheet(plan.device, dtype), source, note]
 
