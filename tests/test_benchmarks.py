@@ -4,6 +4,8 @@ benchmarks themselves (docs/speed-method.md), never in a timed test beside the s
 
 from __future__ import annotations
 
+import csv
+import math
 import re
 import subprocess
 import sys
@@ -12,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import needs
+from parbench.contract.flops import step_flops
+from parbench.contract.spec import build_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # each runs several short trainings
@@ -52,3 +56,30 @@ def test_overhead_times_a_bare_jax_loop_against_jax_single():
     lowest = 100 * ((harness - 0.05) - (bare + 0.05)) / (bare + 0.05)
     highest = 100 * ((harness + 0.05) - (bare - 0.05)) / (bare - 0.05)
     assert lowest - 0.05 <= overhead <= highest + 0.05, (bare, harness, overhead)
+
+
+@needs("torch")
+def test_scaling_work_sweeps_and_says_how_cost_grows(tmp_path):
+    """Two points per sweep: each row's FLOPs are the spec's, its TFLOP/s its FLOPs over its
+    step time, its slope the log ratio of time over work from the point before; the CSV and
+    the plot are written."""
+    table = benchmark("scaling_work.py", "--framework", "torch", "--steps", "3", "--batches",
+                      "32,64", "--widths", "32,64", "--out", str(tmp_path))
+    with (tmp_path / "points.csv").open() as out:
+        points = list(csv.DictReader(out))
+    assert [(p["sweep"], p["value"]) for p in points] == [
+        ("resnet batch", "32"), ("resnet batch", "64"), ("gpt width", "32"), ("gpt width", "64")]
+    resnet = build_spec("resnet", (3, 32, 32), 10)
+    assert [int(p["flops_per_step"]) for p in points[:2]] == [step_flops(resnet, 32),
+                                                             step_flops(resnet, 64)]
+    for point in points:
+        assert float(point["tflops"]) == pytest.approx(
+            int(point["flops_per_step"]) / (float(point["step_ms"]) / 1000) / 1e12)
+    for before, after in (points[:2], points[2:]):
+        assert float(after["slope"]) == pytest.approx(
+            math.log(float(after["step_ms"]) / float(before["step_ms"]))
+            / math.log(int(after["flops_per_step"]) / int(before["flops_per_step"])))
+        assert before["slope"] == ""
+    assert (tmp_path / "scaling-work.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert table.count("| torch ") == 4
+    assert (tmp_path / "points.md").read_text().strip() == table.strip()
