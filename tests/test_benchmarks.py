@@ -45,9 +45,12 @@ def test_overhead_times_a_bare_jax_loop_against_jax_single():
     line = benchmark("overhead.py", "--framework", "jax", "--rounds", "1", "--steps", "8",
                      "--threads", "1").strip().splitlines()[-1]
     found = re.fullmatch(r"jax: bare ([\d.]+) ms/step \([\d., ]+\), jax-single ([\d.]+) "
-                         r"ms/step \([\d., ]+\), harness overhead: ([+-][\d.]+)%", line)
+                         r"ms/step \([\d., ]+\), harness overhead: ([+-][\d.]+)% \(paired "
+                         r"rounds: 95% interval ([+-][\d.]+)% to ([+-][\d.]+)%\)", line)
     assert found, line
-    bare, harness, overhead = map(float, found.groups())
+    bare, harness, overhead, low, high = map(float, found.groups())
+    # one round: the interval is that round's ratio, the overhead itself
+    assert abs(low - overhead) <= 0.1 and low == high
     assert bare > 0 and harness > 0
     # The times are printed to 0.1 ms, so each is within 0.05 of the one the overhead was
     # computed from: the printed overhead (itself to 0.1 %) must lie in the range they allow.
