@@ -6,6 +6,7 @@ reason, where no chromium is installed."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from test_report import PNG_SIGNATURE, RECORDS, record
+from test_utilisation import with_flops
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "report_in_browser.py"
 CHROMIUM = shutil.which("chromium")
@@ -35,7 +37,10 @@ def _script():
 def test_the_report_fits_a_1400_px_window(tmp_path: Path) -> None:
     runs, out = tmp_path / "runs", tmp_path / "out"
     runs.mkdir()
-    records = [*RECORDS, record("paddle-launch", "paddle", 2, status="failed", error=LONG_ERROR)]
+    # the widest page: every ok record with the FLOP columns (utilisation and MFU) too
+    records = [with_flops(copy.deepcopy(rec), 0.2, 0.3) if rec["status"] == "ok" else rec
+               for rec in RECORDS]
+    records.append(record("paddle-launch", "paddle", 2, status="failed", error=LONG_ERROR))
     for i, rec in enumerate(records):
         (runs / f"{i}.json").write_text(json.dumps(rec))
     done = subprocess.run([sys.executable, str(SCRIPT), str(runs), "--out", str(out)],
@@ -43,7 +48,8 @@ def test_the_report_fits_a_1400_px_window(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.rstrip().endswith(": ok"), done.stdout
     assert "8/8 figures decoded" in done.stdout  # 4 per spec
-    assert LONG_ERROR in (out / "report.html").read_text()
+    page = (out / "report.html").read_text()
+    assert LONG_ERROR in page and "MFU %" in page and "closest to the limit" in page
     for shot in ("first-screen.png", "whole-page.png"):
         png = (out / shot).read_bytes()
         assert png.startswith(PNG_SIGNATURE)
