@@ -108,12 +108,19 @@ def test_a_run_reads_the_peak_parbench_peak_measured(tmp_path):
     """parbench peak fills a private cache; a run with that cache holds the spec's FLOPs over
     its step time and that peak's share. The run's threads (1) are the measured peak's."""
     env = {CACHE_ENV: str(tmp_path / "peak.json")}
+    run = ("run", "torch-single", "--steps", "6", "--global-batch", "32", "--threads", "1")
+    unmeasured = parbench(*run, "--out", str(tmp_path / "before"), env=env)
+    assert unmeasured.returncode == 0, unmeasured.stderr
+    (before,) = records_in(tmp_path / "before")
+    assert before["metrics"]["flops"]["utilisation"] is None  # runs never measure it
+    assert "parbench: no utilisation: torch " in unmeasured.stderr
+    assert "('parbench peak --framework torch --threads 1' measures it)" in unmeasured.stderr
     measured = parbench("peak", "--framework", "torch", "--dtype", "float32", "--threads", "1",
                         env=env)
     assert measured.returncode == 0, measured.stderr
-    done = parbench("run", "torch-single", "--steps", "6", "--global-batch", "32", "--threads",
-                    "1", "--out", str(tmp_path / "out"), env=env)
+    done = parbench(*run, "--out", str(tmp_path / "out"), env=env)
     assert done.returncode == 0, done.stderr
+    assert "no utilisation" not in done.stderr
     (run,) = records_in(tmp_path / "out")
     flops, step_s = run["metrics"]["flops"], run["metrics"]["step_time_ms"]["median"] / 1000
     assert flops["per_step"] == step_flops(build_spec("resnet", (3, 32, 32), 10), 32)

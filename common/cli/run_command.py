@@ -150,9 +150,23 @@ def cmd_run(args: argparse.Namespace) -> int:
             probe_file(save_to, "--save-weights")
         records, unsaved = _run_repeats(prepared, save_to)
     print(render(records))
+    for hint in _unmeasured_peaks(records):
+        print(hint, file=sys.stderr)
     for problem in unsaved:
         print(f"parbench: error: {problem}", file=sys.stderr)
     return 0 if all(r["status"] == "ok" for r in records) and not unsaved else 1
+
+
+def _unmeasured_peaks(records: list[dict]) -> list[str]:
+    """One line per ok CPU configuration whose record has no utilisation because this machine's
+    matmul peak for it was never measured (runs read the cache, never measure)."""
+    missing = {(r["framework"], r["env"]["framework_version"], r["metrics"]["compute_dtype"],
+                r["env"]["threads_per_worker"]) for r in records
+               if r["status"] == "ok" and not r["env"]["gpus"]
+               and r["metrics"]["flops"]["measured_peak_tflops"] is None}
+    return [f"parbench: no utilisation: {framework} {version}'s {dtype} matmul peak at {threads} "
+            f"thread(s) was never measured here ('parbench peak --framework {framework} "
+            f"--threads {threads}' measures it)" for framework, version, dtype, threads in missing]
 
 
 def _run_repeats(prepared: Prepared, save_to: Path | None) -> tuple[list[dict], list[str]]:
