@@ -6,9 +6,10 @@ builder, weights, batches, learning rates and thread settings, in a fresh proces
                                   [--steps 60] [--threads N]
 
 Prints one line per framework, ending in `harness overhead: +X.X%` (the median over rounds of
-each side's median steady-state step time) and the 95% interval of the paired rounds' ratio. Only the timed step is compared: a bare loop times
-what the worker times (host batch -> framework tensors -> forward, loss, backward, update, loss
-read back to the host), so the difference is what the harness adds inside the step.
+each side's median steady-state step time) and the 95% interval of the paired rounds' ratio.
+Only the timed step is compared: a bare loop times what the worker times (host batch ->
+framework tensors -> forward, loss, backward, update, loss read back to the host), so the
+difference is what the harness adds inside the step.
 """
 
 from __future__ import annotations

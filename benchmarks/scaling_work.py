@@ -26,11 +26,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -39,6 +36,7 @@ import matplotlib
 matplotlib.use("Agg")
 from matplotlib import pyplot  # noqa: E402  (after the backend is chosen)
 from tabulate import tabulate  # noqa: E402
+from timing import run_record  # noqa: E402
 
 from parbench.run.registry import FRAMEWORKS  # noqa: E402
 
@@ -64,25 +62,13 @@ class Point:
     cpu: str = ""
 
 
-def run(backend: str, model: str, option: str, value: int, steps: int) -> dict:
-    """The record of one ``parbench run``."""
-    with tempfile.TemporaryDirectory() as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "parbench.cli", "run", backend, "--model", model, option,
-             str(value), "--steps", str(steps), "--out", out], capture_output=True, text=True)
-        records = [json.loads(p.read_text()) for p in Path(out).glob("*.json")]
-    if done.returncode != 0 or len(records) != 1 or records[0]["status"] != "ok":
-        sys.exit(f"parbench run {backend} --model {model} {option} {value} failed:\n"
-                 f"{done.stderr[-3000:]}")
-    return records[0]
-
-
 def sweep(framework: str, name: str, values: list[int], steps: int) -> list[Point]:
     model, option, _ = SWEEPS[name]
     points = []
     for value in values:
         print(f"scaling_work: {framework} {name} {value}", file=sys.stderr, flush=True)
-        record = run(FRAMEWORKS[framework].single, model, option, value, steps)
+        record = run_record(FRAMEWORKS[framework].single, "--model", model, option,
+                            str(value), "--steps", str(steps))
         flops = record["metrics"]["flops"]
         points.append(Point(framework, name, value, flops["per_step"],
                             record["metrics"]["step_time_ms"]["median"],

@@ -16,16 +16,21 @@ BATCH = 128
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def parbench_run(backend: str, steps: int, *options: str) -> dict:
-    """One `parbench run` of the default model on the built-in data; returns its record."""
+def run_record(backend: str, *options: str) -> dict:
+    """One `parbench run BACKEND OPTIONS` in a fresh process; its one record, which must be
+    ok (anything else ends the benchmark with the run's stderr)."""
     with tempfile.TemporaryDirectory() as out:
         done = subprocess.run([sys.executable, "-m", "parbench.cli", "run", backend,
-                               "--steps", str(steps), "--global-batch", str(BATCH),
-                               "--out", out, *options], capture_output=True, text=True)
+                               *options, "--out", out], capture_output=True, text=True)
         records = [json.loads(p.read_text()) for p in Path(out).glob("*.json")]
-    if done.returncode != 0 or len(records) != 1:
+    if done.returncode != 0 or len(records) != 1 or records[0]["status"] != "ok":
         sys.exit(f"parbench run {backend} {' '.join(options)} failed:\n{done.stderr[-3000:]}")
     return records[0]
+
+
+def parbench_run(backend: str, steps: int, *options: str) -> dict:
+    """One `parbench run` of the default model on the built-in data, global batch BATCH."""
+    return run_record(backend, "--steps", str(steps), "--global-batch", str(BATCH), *options)
 
 
 def step_ms(record: dict) -> float:

@@ -12,13 +12,11 @@ run is a plain ``parbench run <single backend> [--model M]``, its figures read f
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 from tabulate import tabulate
+from timing import run_record
 
 from parbench.contract.spec import MODEL_NAMES
 from parbench.run.registry import FRAMEWORKS
@@ -30,16 +28,6 @@ HEADERS = ("backend", "model", "GFLOP/step", "step ms", "TFLOP/s", "peak TFLOP/s
 def parbench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "parbench.cli", *args], capture_output=True,
                           text=True)
-
-
-def default_run(backend: str, model: str) -> dict:
-    """The record of ``parbench run BACKEND --model MODEL``, every other option its default."""
-    with tempfile.TemporaryDirectory() as out:
-        done = parbench("run", backend, "--model", model, "--out", out)
-        records = [json.loads(p.read_text()) for p in Path(out).glob("*.json")]
-    if done.returncode != 0 or len(records) != 1:
-        sys.exit(f"parbench run {backend} --model {model} failed:\n{done.stderr[-3000:]}")
-    return records[0]
 
 
 def row(record: dict) -> list:
@@ -66,7 +54,7 @@ def main() -> None:
     for model in models:
         for backend in singles:
             print(f"utilisation: {backend} --model {model}", file=sys.stderr)
-            rows.append(row(default_run(backend, model)))
+            rows.append(row(run_record(backend, "--model", model)))
     print(tabulate(rows, headers=HEADERS, tablefmt="github", floatfmt=".4g"))
 
 
