@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -32,6 +33,7 @@ from parbench.contract.spec import build_spec
 from parbench.contract.weights import initial_weights
 from parbench.results.metrics import warmup_steps
 
+Step = Callable[[np.ndarray, np.ndarray, float], float]  # (x, y, lr) -> the step's loss
 SINGLE = {"torch": "torch-single", "tensorflow": "tf-single", "paddle": "paddle-single",
           "jax": "jax-single"}
 
@@ -46,30 +48,27 @@ def batches(steps: int):
     return spec, initial_weights(spec, 0), steps_data
 
 
-def bare_torch(steps: int, threads: int) -> list[float]:
+def bare_torch(spec, weights, threads: int) -> Step:
     import torch
     import torch.nn.functional as F
 
     from parbench.frameworks.torch.model import build_model
 
     torch.set_num_threads(threads)
-    spec, weights, feed = batches(steps)
     model = build_model(spec, weights).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    times = []
-    for x, y, lr in feed:
-        start = time.perf_counter()
+
+    def step(x, y, lr):
         optimizer.param_groups[0]["lr"] = lr
         loss = F.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        loss.item()
-        times.append(time.perf_counter() - start)
-    return times
+        return loss.item()
+    return step
 
 
-def bare_tensorflow(steps: int, threads: int) -> list[float]:
+def bare_tensorflow(spec, weights, threads: int) -> Step:
     from parbench.frameworks.tensorflow.model import build_model
     from parbench.frameworks.tensorflow.optimizers import make_optimizer
     from parbench.frameworks.tensorflow.runtime import tf
@@ -77,7 +76,6 @@ def bare_tensorflow(steps: int, threads: int) -> list[float]:
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
-    spec, weights, feed = batches(steps)
     model = build_model(spec, weights)
     optimizer = make_optimizer(model, spec, OptimizerSpec())  # the shared rule (Keras' differs)
 
@@ -90,15 +88,11 @@ def bare_tensorflow(steps: int, threads: int) -> list[float]:
                         model.trainable_variables)
         return loss
 
-    times = []
-    for x, y, lr in feed:
-        start = time.perf_counter()
-        float(step(tf.constant(x), tf.constant(y), tf.constant(lr, tf.float32)))
-        times.append(time.perf_counter() - start)
-    return times
+    return lambda x, y, lr: float(step(tf.constant(x), tf.constant(y),
+                                       tf.constant(lr, tf.float32)))
 
 
-def bare_paddle(steps: int, threads: int) -> list[float]:
+def bare_paddle(spec, weights, threads: int) -> Step:
     import paddle
     import paddle.nn.functional as F
 
@@ -106,26 +100,23 @@ def bare_paddle(steps: int, threads: int) -> list[float]:
 
     paddle.set_device("cpu")
     paddle.base.core.set_num_threads(threads)
-    spec, weights, feed = batches(steps)
     model = build_model(spec, weights)
     model.train()
     optimizer = paddle.optimizer.Momentum(
         learning_rate=0.1, momentum=0.9, weight_decay=5e-4,
         parameters=[p for p in model.parameters() if p.trainable])
-    times = []
-    for x, y, lr in feed:
-        start = time.perf_counter()
+
+    def step(x, y, lr):
         optimizer.set_lr(lr)
         loss = F.cross_entropy(model(paddle.to_tensor(x)), paddle.to_tensor(y))
         loss.backward()
         optimizer.step()
         optimizer.clear_grad()
-        float(loss)
-        times.append(time.perf_counter() - start)
-    return times
+        return float(loss)
+    return step
 
 
-def bare_jax(steps: int, threads: int) -> list[float]:
+def bare_jax(spec, weights, threads: int) -> Step:
     """One jitted step on one device: the loss's value_and_grad, the shared SGD rule, the
     BatchNorm statistics carried along (what jax-single's compiled step does, written plainly).
     PJRT_NPROC, the setting that bounds XLA's CPU pool, is read when the backend starts."""
@@ -138,7 +129,6 @@ def bare_jax(steps: int, threads: int) -> list[float]:
     from parbench.frameworks.jax.optim import make_optimizer, with_learning_rate
     from parbench.frameworks.jax.tasks import loss_for
 
-    spec, weights, feed = batches(steps)
     params, stats = model.split_weights(spec, weights)
     optimizer = make_optimizer(spec, OptimizerSpec())
     loss_of = partial(model.loss_fn, spec, task=loss_for(ImageClassification(10)))
@@ -149,11 +139,21 @@ def bare_jax(steps: int, threads: int) -> list[float]:
         updates, opt_state = optimizer.update(grads, with_learning_rate(opt_state, lr), params)
         return optax.apply_updates(params, updates), stats, opt_state, loss
 
-    opt_state, times = optimizer.init(params), []
+    opt_state = optimizer.init(params)
+
+    def take(x, y, lr):
+        nonlocal params, stats, opt_state
+        params, stats, opt_state, loss = step(params, stats, opt_state, x, y, np.float32(lr))
+        return float(loss)
+    return take
+
+
+def step_times(step: Step, feed) -> list[float]:
+    """Each step's wall time: host batch in, loss read back to the host."""
+    times = []
     for x, y, lr in feed:
         start = time.perf_counter()
-        params, stats, opt_state, loss = step(params, stats, opt_state, x, y, np.float32(lr))
-        float(loss)
+        step(x, y, lr)
         times.append(time.perf_counter() - start)
     return times
 
@@ -193,7 +193,8 @@ def main() -> None:
     args = parser.parse_args()
     frameworks = args.framework or sorted(BARE)
     if args.bare_child:
-        times = BARE[frameworks[0]](args.steps, args.threads)
+        spec, weights, feed = batches(args.steps)
+        times = step_times(BARE[frameworks[0]](spec, weights, args.threads), feed)
         print(float(np.median(times[warmup_steps(args.steps):]) * 1000))
         return
     for framework in frameworks:

@@ -62,6 +62,26 @@ def test_overhead_times_a_bare_jax_loop_against_jax_single():
 
 
 @needs("torch")
+def test_interleaved_overhead_trains_both_models_alike_and_brackets_its_figure():
+    """The bare step and torch-single's strategy train the same trajectory from the same
+    weights (the same losses, bit for bit); the overhead is the median per-step ratio, inside
+    its own bootstrap interval."""
+    line = benchmark("overhead_interleaved.py", "--framework", "torch", "--steps", "20")
+    found = re.search(r"torch, 16 interleaved steps: bare ([\d.]+) ms/step, torch-single's step "
+                      r"([\d.]+) ms/step, harness overhead ([+-][\d.]+)% \(95% interval "
+                      r"([+-][\d.]+)% to ([+-][\d.]+)%\); largest loss difference between "
+                      r"the two models (\S+)$", line.strip())
+    assert found, line
+    bare, harness, overhead, low, high, drift = map(float, found.groups())
+    assert bare > 0 and harness > 0 and low <= overhead <= high
+    assert drift == 0.0
+    refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "overhead_interleaved.py"),
+                              "--framework", "torch", "--steps", "5"], capture_output=True,
+                             text=True, cwd=ROOT / "benchmarks")
+    assert refused.returncode == 2 and "--steps must be at least 20" in refused.stderr
+
+
+@needs("torch")
 def test_scaling_work_sweeps_and_says_how_cost_grows(tmp_path):
     """Two points per sweep: each row's FLOPs are the spec's, its TFLOP/s its FLOPs over its
     step time, its slope the log ratio of time over work from the point before; the CSV and
