@@ -16,6 +16,7 @@ import pytest
 from conftest import needs
 from parbench.contract.flops import step_flops
 from parbench.contract.spec import build_spec
+from parbench.results.metrics import warmup_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # each runs several short trainings
@@ -67,10 +68,11 @@ def test_interleaved_overhead_trains_both_models_alike_and_brackets_its_figure()
     weights (the same losses, bit for bit); the overhead is the median per-step ratio, inside
     its own bootstrap interval."""
     line = benchmark("overhead_interleaved.py", "--framework", "torch", "--steps", "20")
-    found = re.search(r"torch, 16 interleaved steps: bare ([\d.]+) ms/step, torch-single's step "
-                      r"([\d.]+) ms/step, harness overhead ([+-][\d.]+)% \(95% interval "
-                      r"([+-][\d.]+)% to ([+-][\d.]+)%\); largest loss difference between "
-                      r"the two models (\S+)$", line.strip())
+    kept = 20 - warmup_steps(20)
+    found = re.search(rf"torch, {kept} interleaved steps: bare ([\d.]+) ms/step, "
+                      r"torch-single's step ([\d.]+) ms/step, harness overhead ([+-][\d.]+)% "
+                      r"\(95% interval ([+-][\d.]+)% to ([+-][\d.]+)%\); largest loss "
+                      r"difference between the two models (\S+)$", line.strip())
     assert found, line
     bare, harness, overhead, low, high, drift = map(float, found.groups())
     assert bare > 0 and harness > 0 and low <= overhead <= high
