@@ -98,6 +98,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 20:
         parser.error("--steps must be at least 20 (the first ones are warm-up)")
+    if args.threads < 1:
+        parser.error("--threads must be at least 1")
     if any(os.environ.get(name) != value for name, value in MALLOC_SETTINGS.items()):
         # the allocator and thread settings the harness gives a worker (timing.child_env), as
         # overhead.py's bare child gets them: without them a step maps and unmaps its memory
