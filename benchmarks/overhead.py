@@ -148,14 +148,15 @@ def bare_jax(spec, weights, threads: int) -> Step:
     return take
 
 
+def timed(step: Step, x: np.ndarray, y: np.ndarray, lr: float) -> tuple[float, float]:
+    """(the step's wall time: host batch in, loss read back to the host; its loss)."""
+    start = time.perf_counter()
+    loss = step(x, y, lr)
+    return time.perf_counter() - start, loss
+
+
 def step_times(step: Step, feed) -> list[float]:
-    """Each step's wall time: host batch in, loss read back to the host."""
-    times = []
-    for x, y, lr in feed:
-        start = time.perf_counter()
-        step(x, y, lr)
-        times.append(time.perf_counter() - start)
-    return times
+    return [timed(step, x, y, lr)[0] for x, y, lr in feed]
 
 
 BARE = {"torch": bare_torch, "tensorflow": bare_tensorflow, "paddle": bare_paddle,

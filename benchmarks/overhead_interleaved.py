@@ -26,11 +26,10 @@ import importlib
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-from overhead import BARE, SINGLE, Step, batches
+from overhead import BARE, SINGLE, Step, batches, timed
 from timing import MALLOC_SETTINGS, child_env
 
 from parbench.base.devices import cpu_count
@@ -56,14 +55,8 @@ def harness_step(framework: str, spec, weights, steps: int, threads: int, shared
     def step(x, y, lr):
         loss = strategy.train_step(x, y, lr)
         strategy.synchronize()
-        return float(loss)
+        return loss
     return step
-
-
-def timed(step, x, y, lr) -> tuple[float, float]:
-    start = time.perf_counter()
-    loss = step(x, y, lr)
-    return time.perf_counter() - start, loss
 
 
 def interleave(framework: str, steps: int, threads: int) -> dict[str, np.ndarray]:
