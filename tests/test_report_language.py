@@ -34,6 +34,7 @@ def language_record(backend: str, devices: int, repeat: int, tokens_per_s: float
                "tokens": 512 * CONTEXT, "loss_floor": FLOOR, "floor_gap": loss - FLOOR,
                "compute_dtype": "float32", "compiled_graphs": None, "sync_bn_layers": 0,
                "micro_batches": 1, "input": INPUT,
+               "steady_step_ms": [base["metrics"]["step_time_ms"]["median"]] * 8,
                "state_bytes": [{"parameters": 400, "gradients": 400, "optimizer": 800}] * devices,
                "communication": {"method": "counted", "bytes": {"all-reduce": 400 * (devices > 1)}},
                "nodes": [{"node": 0, "host": "h", "ranks": list(range(devices)),
@@ -51,7 +52,8 @@ def language_record(backend: str, devices: int, repeat: int, tokens_per_s: float
                       "grad_accum": 1, "input": "arrays", "loader_workers": 0,
                       "reshard_after_forward": "yes"},
             "env": {**base["env"], "network_isolated": False, "load_1m_start": 0.1,
-                    "load_1m_end": 0.1, "other_cpu_s": 0.0}}
+                    "load_1m_end": 0.1, "other_cpu_s": 0.0, "memory_gib": 24.0,
+                    "libraries": {"numpy": "2.0.0", "keras": None}}}
 
 
 RECORDS = [language_record("torch-single", 1, i, t, loss)

@@ -42,6 +42,8 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
         "items_per_step": task.items(global_batch),
         "step_time_ms": timing,
         "steady_steps": int(len(steady)),
+        # each steady step's time: what a confidence interval bootstraps when repeats are few
+        "steady_step_ms": [float(ms) for ms in steady * 1000],
         "startup_s": max(log.first_step_start for log in logs) - launch_time,
         "first_step_s": float(step_s[0]),
         "train_s": float(step_s.sum()),

@@ -17,7 +17,7 @@ from parbench.run.modes import modes_schema
 from parbench.run.profiling import SUFFIX
 from parbench.run.registry import FRAMEWORKS
 
-SCHEMA_VERSION = 9  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+SCHEMA_VERSION = 10  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
 # 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix;
 # 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits);
 # 5: nnodes, node_rank (the writer), hosts (per rank), metrics.nodes (step time per node);
@@ -27,7 +27,9 @@ SCHEMA_VERSION = 9  # 2: variant, env.network_isolated, env.load_1m_start/_end, 
 # 8: modes.reshard_after_forward, metrics.state_bytes (per device: parameters, gradients,
 # optimizer state held after the first step) and metrics.communication (one step's collectives);
 # 9: metrics.flops (model FLOPs per step, achieved TFLOP/s, utilisation of the measured peak,
-# MFU against a datasheet peak).
+# MFU against a datasheet peak);
+# 10: metrics.steady_step_ms (each steady step's time), env.memory_gib and env.libraries (the
+# versions of numpy and of each framework's companion packages: jaxlib, keras, flax, optax).
 # Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
 # from the contract's arrays).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())

@@ -74,6 +74,8 @@ class Framework:
     gpu_only_pairs: dict[tuple[str, str], str] = field(default_factory=dict)  # two modes
     profile_note: str | None = None  # what its --profile phases include, for the report
     no_sharding: str | None = None  # why it has no sharded backend (on this kind of machine)
+    # installed distributions besides the framework whose versions a record keeps
+    companions: tuple[str, ...] = ()
 
     @property
     def single(self) -> str:
@@ -240,7 +242,8 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         "the JAX backend only (keras-io, guides/distribution.py). DTensor can split a variable "
         "over logical CPU devices (measured, TF 2.21: a [64, 32] DVariable laid out on its "
         "first axis is [32, 32] on each of 2), but no tf.distribute strategy and no Keras 3 "
-        "training loop uses it"),
+        "training loop uses it",
+        companions=("keras",)),
     Framework("paddle", ("paddle",), "paddle", (
         Backend("paddle-single", "paddle", "single", f"{_PD}.single", ("python",),
                 parallel=False),
@@ -281,7 +284,8 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                   "arrays, often from tf.data or grain): the arrays feed is its only input",
                   "precision=fp16": "fp16 needs loss scaling against underflowing gradients, "
                   "which neither Flax nor Optax provides; --precision bf16 (Flax's dtype on "
-                  "every layer, float32 parameters) has float32's range and needs none"}),
+                  "every layer, float32 parameters) has float32's range and needs none"},
+        companions=("jaxlib", "flax", "optax")),
 )}
 
 BACKENDS: dict[str, Backend] = {b.name: b for f in FRAMEWORKS.values() for b in f.backends}
