@@ -145,7 +145,7 @@ def test_each_mode_has_its_own_row_and_its_own_1_device_reference(mode_runs):
     assert "compile" not in performance[0] and "sync BN" not in performance[0]
     assert "Every row: compile no, sync BN no." in done.stdout
     headline = next(rows for (section, _), rows in tables.items() if section == "Headline")
-    assert [(r["devices"], r["precision"], r["grad accum"], r["fastest"]) for r in headline] == [
+    assert [(r["devices"], r["precision"], r["grad accum"], r["approach"]) for r in headline] == [
         ("1", "fp32", "1", "torch-single"), ("1", "bf16", "1", "torch-single bf16"),
         ("2", "fp32", "1", "torch-ddp [torchrun]"),
         ("2", "bf16", "1", "torch-ddp [torchrun] bf16"),

@@ -104,7 +104,7 @@ registry.BACKENDS.update({b.name: b for b in dummy.backends})
 from parbench.base.errors import UsageError
 from parbench.cli import main, parity
 from parbench.launch import config
-from parbench.results import records, rows
+from parbench.results import records, rows, scaling
 
 args = main.build_parser().parse_args(["compare", "--framework", "dummy"])
 plan = config.resolve(config.RunConfig(backend="dummy-many", devices=2))
@@ -115,7 +115,7 @@ except UsageError as err:
     refused = str(err)
 print(json.dumps({"compare": args.framework, "parity": parity.installed_frameworks(),
                   "schema": records.SCHEMA["properties"]["framework"]["enum"],
-                  "single": rows.SINGLE["dummy"], "order": rows.FRAMEWORKS[-1],
+                  "single": scaling.SINGLE["dummy"], "order": rows.FRAMEWORKS[-1],
                   "world": plan.world_size, "refused": refused}))
 """
 

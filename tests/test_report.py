@@ -6,7 +6,6 @@ reference, failed runs with their reason, specs kept apart, CSV round trip, the 
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
 import json
 from pathlib import Path
@@ -144,16 +143,18 @@ def test_performance_table_holds_the_hand_computed_figures(markdown: str) -> Non
     # grouped by framework in registry order, the single-device baseline first
     assert [(r["backend"], r["devices"]) for r in tables[(TITLE_A, "Performance")]] == ORDER_A
     # torch-single: throughput 100/110/120 -> median 110, step 128/110 s, p90 1.25x that;
-    # cv: sample sd 10 / mean 110 = 9.091 % > 5 %: noisy
+    # cv: sample sd 10 / mean 110 = 9.091 % > 5 %: noisy; 95% CI: the logs' mean 4.6977 and
+    # sd 0.09118, t(0.975, 2 df) = 4.3027: exp(4.6977 -/+ 4.3027 x 0.09118 / sqrt 3) = 87.5-138
     assert performance[("torch-single", "1")] == {
         "backend": "torch-single", "devices": "1", "launcher": "python", "status": "ok",
-        "runs": "3/3", "samples/s": "110", "samples/s min": "100", "samples/s max": "120",
-        "cv %": "9.091", "noisy": "cv", "scaling eff.": "1", "step ms p50": "1164",
-        "step ms p90": "1455", "startup s": "1.5", "first step s": "0.25"}
+        "runs": "3/3", "samples/s": "110", "samples/s 95% CI": "87.5-138",
+        "CI method": "t, 3 repeats", "cv %": "9.091", "noisy": "cv", "scaling eff.": "1",
+        "step ms p50": "1164", "step ms p90": "1455", "startup s": "1.5", "first step s": "0.25"}
     ddp = performance[("torch-ddp", "2")]
-    # 190 / (2 x 110) = 0.8636; step: median of 128/180 s and 128/200 s = 675.6 ms
-    assert (ddp["samples/s"], ddp["samples/s min"], ddp["samples/s max"], ddp["scaling eff."],
-            ddp["step ms p50"], ddp["runs"]) == ("190", "180", "200", "0.8636", "675.6", "2/2")
+    # 190 / (2 x 110) = 0.8636; step: median of 128/180 s and 128/200 s = 675.6 ms; 2 repeats
+    # of schema 1 keep no step times: no interval
+    assert (ddp["samples/s"], ddp["samples/s 95% CI"], ddp["CI method"], ddp["scaling eff."],
+            ddp["step ms p50"], ddp["runs"]) == ("190", "-", "-", "0.8636", "675.6", "2/2")
     # cv: sd sqrt(200) / mean 190 = 7.443 %; repeat 0 started at load 4.5 > 0.5 x 8 cores
     assert (ddp["cv %"], ddp["noisy"]) == ("7.443", "cv+load")
     # one repeat: no cv; load 4.01 > 4.0
@@ -198,17 +199,18 @@ def test_headline_comes_first_with_the_fastest_per_framework_and_the_cells_not_t
         markdown: str) -> None:
     assert markdown.index("## Headline") < markdown.index(f"## {TITLE_A}")
     headline = markdown_tables(markdown)[("Headline", TITLE_A)]
-    columns = ("framework", "devices", "fastest", "samples/s", "scaling eff.", "cv %", "noisy",
-               "RSS MiB per rank", "device MiB per device")
-    # torch x2: torch-ddp's 190 beats torch-dp's 150; x4 failed, so no torch x4; the
-    # device column because torch-dp ran on devices
+    columns = ("devices", "rank", "framework", "approach", "samples/s", "vs fastest",
+               "scaling eff.", "RSS MiB per rank", "device MiB per device")
+    # per device count, ranked; torch x2: torch-ddp's 190 beats torch-dp's 150; x4 failed, so
+    # no torch x4; only torch-single has an interval, so no other rank can be decided (?);
+    # the device column because torch-dp ran on devices
     assert [tuple(row[c] for c in columns) for row in headline] == [
-        ("torch", "1", "torch-single", "110", "1", "9.091", "cv", "510", "n/a (CPU)"),
-        ("torch", "2", "torch-ddp [torchrun]", "190", "0.8636", "7.443", "cv+load", "580 / 610",
+        ("1", "1", "torch", "torch-single", "110 (87.5-138)", "1", "1", "510", "n/a (CPU)"),
+        ("1", "2?", "tensorflow", "tf-mirrored", "50", "0.455", "1", "500", "n/a (CPU)"),
+        ("2", "1", "torch", "torch-ddp [torchrun]", "190", "1", "0.864", "580 / 610",
          "n/a (CPU)"),
-        ("tensorflow", "1", "tf-mirrored", "50", "1", "-", "no", "500", "n/a (CPU)"),
-        ("tensorflow", "2", "tf-mirrored", "90", "0.9", "-", "no", "500 / 500", "n/a (CPU)"),
-        ("paddle", "2", "paddle-spawn", "82", "-", "3.449", "no", "500 / 500", "n/a (CPU)")]
+        ("2", "2?", "tensorflow", "tf-mirrored", "90", "0.474", "0.9", "500 / 500", "n/a (CPU)"),
+        ("2", "3?", "paddle", "paddle-spawn", "82", "0.432", "-", "500 / 500", "n/a (CPU)")]
     assert ("- torch: noisy: torch-single x1 (cv 9.1 %), torch-dp x2 (busy machine at start), "
             "torch-ddp [torchrun] x2 (cv 7.4 %, busy machine at start); not ok: torch-ddp "
             "[torchrun] x4 (1 of 1 repeat(s) failed: exit code 1, rank 3 died)\n"
@@ -236,27 +238,41 @@ def test_specs_are_grouped_apart_with_a_note(markdown: str) -> None:
     # what no run differs in is said once, under the table
     assert "git commit" not in dp
     assert ("- The same in every run: python 3.11.2, OS Linux-6.1-x86_64, CPU Test CPU, cores 8, "
-            "NCCL -, git commit abc1234.") in markdown
+            "memory GiB -, allocator -, libraries -, NCCL -, git commit abc1234, schema 1."
+            ) in markdown
 
 
-def test_csv_round_trips_exact_values(runs: Path) -> None:
-    rows = list(csv.DictReader(io.StringIO(report(str(runs), "--format", "csv"))))
-    assert len(rows) == 9  # 7 rows of spec A, 2 of spec B
-    assert [(r["backend"], r["devices"]) for r in rows[:7]] == ORDER_A  # the tables' order
-    row = {(r["spec_sha256"], r["backend"], r["devices"]): r for r in rows}
-    ddp = row[(SPEC_A, "torch-ddp", "2")]
-    assert float(ddp["samples/s"]) == 190.0
-    assert float(ddp["cv %"]) == pytest.approx(100 * 200 ** 0.5 / 190, rel=1e-12)
-    assert (ddp["noisy"], row[(SPEC_A, "torch-dp", "2")]["cv %"]) == ("cv+load", "")
-    assert float(ddp["scaling eff."]) == 190 / (2 * 110)
-    assert float(ddp["step ms p50"]) == (BATCH / 180 * 1000 + BATCH / 200 * 1000) / 2
-    assert [float(v) for v in ddp["RSS MiB per rank"].split(" / ")] == [580.0, 610.0]
-    single = row[(SPEC_A, "torch-single", "1")]
-    assert float(single["step ms p90"]) == 1.25 * (BATCH / 110 * 1000)
-    assert float(single["accuracy"]) == 0.82
-    assert row[(SPEC_A, "torch-ddp", "4")]["status"] == "failed: exit code 1, rank 3 died"
-    assert row[(SPEC_A, "torch-ddp", "4")]["samples/s"] == ""
-    assert row[(SPEC_B, HOSTILE, "1")]["launcher"] == "python"
+def test_csv_is_tidy_and_round_trips_exact_values(runs: Path) -> None:
+    """pandas reads the CSV as it is: one row per cell, numbers as numbers (a missing figure
+    is NaN, never '-'), the key columns a reader filters on."""
+    import pandas as pd
+    table = pd.read_csv(io.StringIO(report(str(runs), "--format", "csv")))
+    assert len(table) == 9  # 7 rows of spec A, 2 of spec B
+    spec_a = table[table.spec_sha256 == SPEC_A]
+    assert list(zip(spec_a.backend, spec_a.devices.astype(str))) == ORDER_A  # the tables' order
+    for column in ("throughput", "throughput_low", "cv_percent", "scaling_eff", "step_ms_p50",
+                   "final_accuracy", "peak_rss_mib", "devices", "threads_per_worker"):
+        assert pd.api.types.is_numeric_dtype(table[column]), column
+    assert set(table.framework) == {"torch", "tensorflow", "paddle"}
+    assert set(table.model) == {"resnet", "mlp"} and set(table.throughput_unit) == {"samples/s"}
+    assert (table.commit == "abc1234").all() and (table.schema == 1).all()
+    row = {(r.spec_sha256, r.backend, r.devices): r for r in table.itertuples()}
+    ddp = row[(SPEC_A, "torch-ddp", 2)]
+    assert (ddp.throughput, ddp.launcher, ddp.threads_per_worker, ddp.total_threads) == (
+        190.0, "torchrun", 4, 8)
+    assert ddp.cv_percent == pytest.approx(100 * 200 ** 0.5 / 190, rel=1e-12)
+    assert ddp.noisy == "cv+load" and pd.isna(row[(SPEC_A, "torch-dp", 2)].cv_percent)
+    assert ddp.scaling_eff == 190 / (2 * 110) and pd.isna(ddp.throughput_low)
+    assert ddp.step_ms_p50 == (BATCH / 180 * 1000 + BATCH / 200 * 1000) / 2
+    assert [float(v) for v in ddp.rss_mib_per_rank.split(";")] == [580.0, 610.0]
+    single = row[(SPEC_A, "torch-single", 1)]
+    assert single.step_ms_p90 == 1.25 * (BATCH / 110 * 1000)
+    assert single.final_accuracy == 0.82 and single.ci_method == "t, 3 repeats"
+    assert (single.throughput_low, single.throughput_high) == pytest.approx((87.46, 137.59),
+                                                                            abs=0.01)
+    failed = row[(SPEC_A, "torch-ddp", 4)]
+    assert failed.status == "failed: exit code 1, rank 3 died" and pd.isna(failed.throughput)
+    assert row[(SPEC_B, HOSTILE, 1)].launcher == "python"
 
 
 @pytest.mark.slow

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from parbench.results.groups import build_groups
 from parbench.results.records import check_record
-from parbench.results.rows import build_groups, is_profiled
+from parbench.results.rows import is_profiled
 
 REFERENCE = sorted((Path(__file__).resolve().parents[1] / "results" / "reference" / "runs")
                    .glob("jax-pmap-python-n2-*-r0.json"))[0]  # schema 5: nodes and modes

@@ -78,13 +78,13 @@ def test_scaling_efficiency_of_a_multi_node_row_counts_every_device() -> None:
     # median 160 / (2 devices x 100); 300 / (4 x 100); 240 / (3 x 100); 1 node: 180 / 200
     assert {devices: performance[devices]["scaling eff."] for devices in performance} == {
         "1": "1", "2": "0.9", "2x1": "0.8", "2x2": "0.75", "3x1": "0.8"}
-    rows = {row["devices"]: row for row in csv.DictReader(io.StringIO(
+    rows = {(row["nodes"], row["devices"]): row for row in csv.DictReader(io.StringIO(
         render(RECORDS_NODES, "csv")))}
-    assert float(rows["2x1"]["scaling eff."]) == 160 / (2 * 100)
+    assert float(rows[("2", "2")]["scaling_eff"]) == 160 / (2 * 100)
     # each node's median scoring time over the repeats, in node order; none on one node
-    assert rows["2x1"]["node scoring s"] == f"{(4.0 + 4.2) / 2!r} / {(6.0 + 6.3) / 2!r}"
-    assert rows["3x1"]["node scoring s"] == "3.0 / 3.3 / 4.5"
-    assert rows["2"]["node scoring s"] == ""
+    assert rows[("2", "2")]["node_scoring_s"] == f"{(4.0 + 4.2) / 2!r};{(6.0 + 6.3) / 2!r}"
+    assert rows[("3", "3")]["node_scoring_s"] == "3.0;3.3;4.5"
+    assert rows[("1", "2")]["node_scoring_s"] == ""
 
 
 def test_per_node_table_shows_a_slow_node_by_its_scoring_time() -> None:
@@ -117,8 +117,8 @@ def test_records_without_scoring_times_leave_the_ratio_empty() -> None:
     assert [(row["node"], row["step ms p50"], row["scoring s"], row["scoring vs fastest"],
              row["data wait ms"]) for row in per_node] == [
         ("0", "50", "-", "-", "-"), ("1", "50", "-", "-", "-")]
-    rows = {row["devices"]: row for row in csv.DictReader(io.StringIO(render(older, "csv")))}
-    assert rows["2x1"]["node scoring s"] == ""
+    rows = {row["nodes"]: row for row in csv.DictReader(io.StringIO(render(older, "csv")))}
+    assert rows["2"]["node_scoring_s"] == ""
     # null, as the schema allows, reads the same as absent
     nulls = copy.deepcopy(older)
     for node in nulls[1]["metrics"]["nodes"]:
@@ -129,7 +129,7 @@ def test_records_without_scoring_times_leave_the_ratio_empty() -> None:
 def test_headline_gives_each_node_count_its_own_line() -> None:
     text = render(RECORDS_NODES)
     headline = markdown_tables(text)[("Headline", TITLE)]
-    assert [(row["devices"], row["fastest"], row["samples/s"], row["scaling eff."])
+    assert [(row["devices"], row["approach"], row["samples/s"], row["scaling eff."])
             for row in headline] == [
         ("1", "torch-single", "100", "1"), ("2", "torch-ddp [torchrun]", "180", "0.9"),
         ("2x1", "torch-ddp [torchrun] on 2 nodes", "160", "0.8"),
@@ -142,14 +142,17 @@ def test_headline_gives_each_node_count_its_own_line() -> None:
 def test_no_per_node_table_without_a_multi_node_run() -> None:
     text = render(RECORDS)
     assert "Per node" not in text and NODES_NOTE not in text
-    assert "node scoring s" not in render(RECORDS, "csv")
+    assert {row["node_scoring_s"] for row in csv.DictReader(io.StringIO(render(RECORDS, "csv")))
+            } == {""}
 
 
 def test_a_record_without_nnodes_reads_as_one_node() -> None:
-    """Schema 5's fields on one node change nothing: the same report as the older record."""
+    """Schema 5's fields on one node change nothing: the same report as the older record (the
+    schema number aside, which the environment table shows)."""
     older = [record("torch-single", "torch", 1, 0, 100.0), ddp(2, 0, 180.0)]
     newer = [multi_node(r, 1000.0, ["hostA"], [2.0], [1.0]) for r in older]
     assert [r["nnodes"] for r in newer] == [1, 1]
+    older = [{**r, "schema_version": 5} for r in older]
     for fmt in ("md", "csv"):
         assert render(newer, fmt) == render(older, fmt)
 
@@ -160,7 +163,8 @@ def test_html_page_has_the_per_node_table_and_its_plots_draw() -> None:
     # headline, performance, accuracy and memory, per node, environment
     assert html.count("<table>") == 5 and "<caption>Per node</caption>" in html
     assert ">hostB/hostC</td>" in html and ">x1.50</td>" in html
-    # the first node of each of the 3 multi-node rows is marked, as is torch's first row in
-    # the headline, performance and accuracy tables
-    assert html.count('<tr class="first') == 3 + 3
+    # the first node of each of the 3 multi-node rows is marked, as is the first row of each of
+    # the headline's 5 device and node counts, and torch's first row in the performance and
+    # accuracy tables
+    assert html.count('<tr class="first') == 3 + 5 + 2
     assert html.count('<img src="data:image/png;base64,') == 4

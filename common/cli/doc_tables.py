@@ -22,9 +22,9 @@ import re
 import sys
 from pathlib import Path
 
+from parbench.results.groups import build_groups
 from parbench.results.records import check_folder
 from parbench.results.report import Table, document, markdown_table
-from parbench.results.rows import build_groups
 
 START = re.compile(r"<!-- table: (?P<folder>[\w./-]+) (?P<name>\S.*?) -->")  # fullmatch
 END = "<!-- end table -->"

@@ -5,8 +5,6 @@ builds the HTML page and writes report files, plots draws the figures."""
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass, field
 
@@ -17,9 +15,14 @@ from parbench.contract.tasks import Task
 from parbench.run.modes import MODES
 from parbench.run.registry import FRAMEWORKS
 
+from .envrows import COLUMNS as ENVIRONMENT
 from .envrows import environment_rows
-from .headline import headline_columns, headline_rows, limit_lines, warnings
-from .noderows import NODE_SCORES, node_rows, node_scores
+from .groups import build_groups
+from .headline import NOTE as HEADLINE_NOTE
+from .headline import headline_columns, headline_rows, limit_lines, tie_lines, warnings
+from .intervals import BOOTSTRAP_RESAMPLES, REPEATS_FOR_T
+from .noderows import node_rows
+from .provenance import provenance_lines
 from .records import BUSY_LOAD_PER_CORE
 from .rows import (
     FLOPS_COLUMNS,
@@ -30,18 +33,18 @@ from .rows import (
     Cell,
     Group,
     Row,
-    build_groups,
     throughput_column,
 )
 from .sharding import COLUMNS as SHARDING_COLUMNS
 from .sharding import NOTES as SHARDING_NOTES
 from .sharding import sharded_pairs, sharding_cells, trade_line, unsharded_frameworks
+from .tidy import to_csv
 
 # left out of a table where no row has it: older records; MFU where no GPU has a datasheet
 # peak; utilisation where no peak was measured
-OPTIONAL = ("data wait %", *FLOPS_COLUMNS)
-ENVIRONMENT = ("spec", *RUN_KEY, "runs", "python", "OS", "CPU", "cores", "threads/worker",
-               "framework", "version", "device names", "CUDA", "NCCL", "git commit")
+OPTIONAL = ("data wait %", "shared cores", "vs single same threads", *FLOPS_COLUMNS)
+# a column with one value in every row is said once, in the table's note
+SAID_ONCE = (*MODE_COLUMNS, "CI method")
 PROFILES = (*KEY, "status", "runs", "forward ms", "backward ms", "optimizer ms",
             "communication ms", "step ms", "top ops (ms/step)")
 DIVERGED = (*KEY, "repeats", "at step", "rank", "loss", "lr")
@@ -87,9 +90,9 @@ def performance_columns(task: type[Task]) -> tuple[str, ...]:
     the task asks for it: a language model's tokens/s)."""
     speed = throughput_column(task)
     per_device = (f"{speed} per device",) if task.per_device_throughput else ()
-    return (*KEY, "status", "runs", speed, f"{speed} min", f"{speed} max", *per_device, "cv %",
-            "noisy", "scaling eff.", "step ms p50", "step ms p90", *FLOPS_COLUMNS,
-            "data wait %", "startup s", "first step s")
+    return (*KEY, "status", "runs", speed, f"{speed} 95% CI", "CI method", *per_device, "cv %",
+            "noisy", "scaling eff.", "shared cores", "vs single same threads", "step ms p50",
+            "step ms p90", *FLOPS_COLUMNS, "data wait %", "startup s", "first step s")
 
 
 def quality_columns(task: type[Task]) -> tuple[str, ...]:
@@ -101,8 +104,17 @@ def quality_columns(task: type[Task]) -> tuple[str, ...]:
 def notes(speed: str) -> list[str]:
     """How the figures are made; ``speed`` names the throughput column(s) ('samples/s')."""
     return [
-        f"Each cell is the median over the row's ok repeats; the spread of {speed} is the min "
-        "and max over those repeats; runs counts ok/all repeats.",
+        "Each cell is the median over the row's ok repeats; runs counts ok/all repeats.",
+        f"95% CI: the confidence interval of {speed} (and, in the CSV, of the median step "
+        f"time). With {REPEATS_FOR_T} or more ok repeats: Student's t over the repeats, on the "
+        "log of each repeat's figure (an interval of their geometric mean). With fewer: a "
+        f"percentile bootstrap ({BOOTSTRAP_RESAMPLES} resamples) of the steady steps within "
+        "each run (each resample draws every run's steps with replacement and takes the "
+        "geometric mean of the runs' median step times); it knows nothing of run-to-run "
+        "variation, so it is narrower than a t interval would be. CI method says which, and "
+        "records before schema 10 with fewer repeats have none. A ratio of two figures (vs "
+        "fastest, scaling eff., vs 1-dev, same threads) has the interval of the two log-scale "
+        "half-widths added in quadrature.",
         f"cv % = sample standard deviation (ddof 1) / mean of {speed} over the ok repeats, x 100 "
         "(it needs 2 ok repeats). noisy names why a cell's speed is not to be trusted: cv (cv % "
         f"> {NOISY_CV_PERCENT:g}) and/or load (other processes used more than "
@@ -112,7 +124,12 @@ def notes(speed: str) -> list[str]:
         "noisy.",
         f"Scaling efficiency = {speed} at N devices / (N x {speed} at 1 device), where the "
         "1-device reference is the framework's single backend, else the same backend at 1 "
-        "device, in the same spec only.",
+        "device, in the same spec only. shared cores: where the N devices of a run are CPU "
+        "devices of one machine, they share its cores (this many), so N devices cannot beat one "
+        "process given all their threads and the efficiency reads low by design; vs single same "
+        f"threads = {speed} / that of the framework's single backend run with as many threads "
+        "per worker as the N devices had together (threads per worker x processes), the fair "
+        "reference there (empty where no such run is in the records).",
         "Time to target is training time (sum of step times) until the first evaluation at or "
         "above the target accuracy; a repeat that never reached it counts as infinitely slow.",
         "Peak memory: host RSS per process (rank) and allocator peak per device; the lists are "
@@ -182,7 +199,7 @@ def _table(caption: str, headers: tuple[str, ...], rows: list[dict[str, Cell]],
     """The table of ``rows``; a mode column with one value in every row is said in the note
     instead (a report of plain runs shows no mode columns, only 'every row: fp32, ...'), and not
     at all when it applies to none of them."""
-    same = [h for h in headers if h in MODE_COLUMNS and rows
+    same = [h for h in headers if h in SAID_ONCE and rows
             and len({cell_text(row[h]) for row in rows}) == 1]
     # a mode that applies to no row's backend ("-" in every row) is not said at all
     empty = [h for h in headers if h in OPTIONAL and all(row[h] is None for row in rows)] + \
@@ -199,8 +216,12 @@ def _table(caption: str, headers: tuple[str, ...], rows: list[dict[str, Cell]],
 
 def _headline(group: Group) -> Table:
     best = headline_rows(group.rows)
+    lines = [(row.nodes, row.devices, row.modes.label) for row, _ in best]
     table = _table(group.title, headline_columns(group.rows),
-                   [row.cells | extra for row, extra in best], _marks([row for row, _ in best]))
+                   [cells for _, cells in best],
+                   ["first" if i == 0 or lines[i - 1] != line else ""
+                    for i, line in enumerate(lines)])
+    table.notes += tie_lines(group.rows)
     table.notes += limit_lines(group.rows)
     table.notes += warnings(group.rows) or ["No noisy or failed cells."]
     if group.diverged:
@@ -270,10 +291,10 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
         intro.append(f"The records hold {len(groups)} different specs (spec_sha256): runs of "
                      "different specs are never compared, each spec has its own tables.")
     plain = [g for g in groups if g.rows]  # a spec with only profiled runs has no such tables
-    sections = [Section("Headline", None, [_headline(g) for g in plain], [
-        "Per framework and device count: the fastest approach (highest median "
-        f"{' / '.join(dict.fromkeys(throughput_column(g.task) for g in plain))}), then the "
-        "cells whose figures are not to be trusted."])] if plain else []
+    speeds = " / ".join(dict.fromkeys(throughput_column(g.task) for g in plain))
+    mixed = provenance_lines([r for g in groups for row in g.all_rows for r in row.runs])
+    sections = [Section("Headline", None, [_headline(g) for g in plain],
+                        [*mixed, HEADLINE_NOTE.format(speed=speeds)])] if plain else []
     sections += [Section(g.title, g.sha, [
         _table("Performance", performance_columns(g.task), [row.cells for row in g.rows],
                _marks(g.rows)),
@@ -316,24 +337,6 @@ def to_markdown(title: str, intro: list[str], sections: list[Section]) -> str:
         for table in section.tables:
             parts += markdown_table(table)
     return "\n\n".join(parts) + "\n"
-
-
-def to_csv(groups: list[Group]) -> str:
-    """One table, every row with its spec; numbers exact, lists ' / '-separated; each node's
-    scoring time (NODE_SCORES) only where some row is multi-node."""
-    out = io.StringIO()
-    rows = [(g.sha, {**row.cells, NODE_SCORES: node_scores(row)}) for g in groups
-            for row in g.rows]
-    multi_node = any(row.nodes > 1 for g in groups for row in g.rows)
-    tasks = dict.fromkeys(g.task for g in groups)
-    every = [c for task in tasks for c in (*performance_columns(task),
-                                           *quality_columns(task)[len(KEY):])]
-    columns = ("spec_sha256", *dict.fromkeys(every), *([NODE_SCORES] if multi_node else []))
-    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({"spec_sha256": sha, **{c: cell_text(cells.get(c), exact=True)
-                                             for c in columns[1:]}} for sha, cells in rows)
-    return out.getvalue()
 
 
 def render(records: list[dict], fmt: str = "md") -> str:

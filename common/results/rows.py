@@ -1,24 +1,23 @@
-"""The report's rows: the runs of one spec grouped into one row per backend x devices x
-launcher x nodes, grouped by framework with its single-device baseline first, and each row's
-cells (medians over repeats, spread, cv % and noise, scaling efficiency, memory, the task's
-quality columns); profiled and diverged runs in rows of their own. noderows.py splits a
-multi-node row by node, envrows.py lists the environments; report.py lays them out as tables;
-headline.py picks the headline's rows; plots.py draws them."""
+"""The report's rows: the repeats of one backend x devices x launcher x nodes x modes within one
+spec, and each row's cells (medians over repeats, spread, 95% intervals, cv % and noise,
+memory, the task's quality columns). groups.py groups the records into rows, scaling.py adds
+each row's scaling, noderows.py splits a multi-node row by node, envrows.py lists the
+environments; report.py lays them out as tables; headline.py picks the headline's rows;
+plots.py draws them."""
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from parbench.contract.tasks import Task, task_of_model
-from parbench.run.modes import MODES, Modes, modes_of
-from parbench.run.profiling import PHASES
+from parbench.contract.tasks import Task
+from parbench.run.modes import MODES, Modes
 from parbench.run.registry import BACKENDS
 
+from .intervals import Interval, step_interval, throughput_interval
 from .records import run_was_busy
 
 Cell = str | int | float | list[float] | None
@@ -29,8 +28,6 @@ RUN_KEY = ("backend", "devices", "launcher")
 KEY = (*RUN_KEY, *MODE_COLUMNS)
 NO_DEVICE = "n/a (CPU)"
 NOISY_CV_PERCENT = 5.0
-# The framework's own 1-device backend: the reference of its scaling efficiency.
-SINGLE = {b.framework: b.name for b in BACKENDS.values() if not b.parallel}
 # Report order: frameworks, and backends within one, as the registry lists them (single first).
 FRAMEWORKS = tuple(dict.fromkeys(b.framework for b in BACKENDS.values()))
 
@@ -79,6 +76,8 @@ class Row:
     runs: list[dict]
     task: type[Task]
     cells: dict[str, Cell] = field(default_factory=dict)
+    speed_ci: Interval | None = None  # 95% interval of the throughput
+    step_ci: Interval | None = None  # 95% interval of the median step time
 
     @property
     def metrics(self) -> list[dict]:
@@ -142,7 +141,7 @@ class Group:
         return [*self.rows, *self.profiles, *self.diverged]
 
 
-def _status(runs: list[dict]) -> str:
+def status_of(runs: list[dict]) -> str:
     reasons = [f"{r['status']}: {(r['error'] or '?').splitlines()[0]}"
                for r in runs if r["status"] != "ok"]
     return "; ".join(dict.fromkeys(reasons)) or "ok"
@@ -172,24 +171,37 @@ def _time_to_target(row: Row) -> float | None:
                       else m["time_to_target_s"])
 
 
-def _key_cells(row: Row) -> dict[str, Cell]:
+def key_cells(row: Row) -> dict[str, Cell]:
     return {"backend": row.backend, "devices": row.devices_cell, "launcher": row.launcher,
             **mode_cells(row.modes, row.backend)}
 
 
-def _cells(row: Row) -> dict[str, Cell]:
+def _interval_cells(row: Row) -> dict[str, Cell]:
+    """The 95% intervals of the row's speed and step time (kept on the row for the headline),
+    and how they were made."""
+    row.speed_ci, row.step_ci = throughput_interval(row.metrics), step_interval(row.metrics)
+    speed = throughput_column(row.task)
+    return {f"{speed} 95% low": row.speed_ci and row.speed_ci.low,
+            f"{speed} 95% high": row.speed_ci and row.speed_ci.high,
+            f"{speed} 95% CI": row.speed_ci and row.speed_ci.text(),
+            "step ms 95% low": row.step_ci and row.step_ci.low,
+            "step ms 95% high": row.step_ci and row.step_ci.high,
+            "CI method": row.speed_ci.method if row.speed_ci else None}
+
+
+def row_cells(row: Row) -> dict[str, Cell]:
     throughput = [m["throughput"] for m in row.metrics]
     devices = row.per_position(lambda m: m["peak_device_mb"])
     no_device = NO_DEVICE if row.metrics else None
     cv = _cv_percent(throughput)
     speed = throughput_column(row.task)
     return {
-        **_key_cells(row),
-        "status": _status(row.runs), "runs": f"{len(throughput)}/{len(row.runs)}",
+        **key_cells(row),
+        "status": status_of(row.runs), "runs": f"{len(throughput)}/{len(row.runs)}",
         speed: median_of(throughput), f"{speed} min": min(throughput, default=None),
         f"{speed} max": max(throughput, default=None),
         f"{speed} per device": _per_device(median_of(throughput), row.devices), "cv %": cv,
-        "noisy": _noisy(cv, row.runs),
+        "noisy": _noisy(cv, row.runs), **_interval_cells(row),
         "step ms p50": row.median(lambda m: m["step_time_ms"]["median"]),
         "step ms p90": row.median(lambda m: m["step_time_ms"]["p90"]),
         "data wait %": row.median(_wait_percent),
@@ -234,112 +246,7 @@ def _wait_percent(metrics: dict) -> float | None:
     return None if share is None else 100 * share
 
 
-def _efficiency(row: Row, rows: list[Row]) -> float | None:
-    throughput = row.throughput
-    if throughput is None:
-        return None
-    for backend in (SINGLE.get(row.framework), row.backend):
-        # the same launcher first, where a backend has several
-        refs = sorted((r for r in rows if r.backend == backend and r.devices == 1
-                       and r.modes.same_on_one_device(row.modes)
-                       and r.throughput is not None),
-                      key=lambda r: r.launcher != row.launcher)
-        if refs:
-            return throughput / (row.devices * refs[0].throughput)
-    return None
-
-
-def _title(sha: str, records: list[dict]) -> str:
-    """What the spec fixes; a field that differs within it (batch mode) shows its values."""
-    def values(get: Callable[[dict], object], of: list[dict] = records) -> str:
-        return "/".join(dict.fromkeys(str(get(r)) for r in of))
-
-    steps = values(lambda r: r["steps"])
-    return (f"spec {sha[:10]}: model {values(lambda r: r['model'])}, dataset "
-            f"{values(lambda r: r['dataset'])}, global batch "
-            f"{values(lambda r: r['global_batch'])} ({values(lambda r: r['batch_mode'])} batch "
-            f"fixed), {steps} steps, lr {values(lambda r: r['lr'])}, seed "
-            f"{values(lambda r: r['seed'])}")
-
-
-def _order(key: tuple[str, str, int, str, int, Modes]) -> tuple:
-    """Frameworks in registry order; within one, the single-node rows first, then multi-node
-    ones by node count; then backends in registry order (an unknown one after the known ones,
-    by name), devices, launcher and modes (the defaults first)."""
-    framework, backend, devices, launcher, nodes, modes = key
-    known = list(BACKENDS)
-    return (FRAMEWORKS.index(framework) if framework in FRAMEWORKS else len(FRAMEWORKS),
-            framework, nodes, known.index(backend) if backend in known else len(known),
-            backend, devices, launcher, bool(modes.changed()), modes.label)
-
-
 def is_profiled(record: dict) -> bool:
     """A --profile run: the profiler's overhead is in its times, so its row never enters a
     performance, accuracy or headline table; the Profiles table shows it instead."""
     return bool((record.get("variant") or {}).get("profile"))
-
-
-def _profile_cells(row: Row) -> dict[str, Cell]:
-    """Medians over the ok repeats of the slowest rank's median phase times, and the first
-    such repeat's top operations (ms per step)."""
-    profiles = [r["profile"] for r in row.runs if r["status"] == "ok" and "profile" in r]
-    top = profiles[0]["top_ops"] if profiles else []
-    return {**_key_cells(row),
-            "status": _status(row.runs), "runs": f"{len(profiles)}/{len(row.runs)}",
-            **{f"{phase} ms": median_of(p["median_ms"][phase] for p in profiles)
-               for phase in (*PHASES, "step")},
-            "top ops (ms/step)": "; ".join(f"{op['name']} {op['self_ms_per_step']:.3g}"
-                                           for op in top) or None}
-
-
-def _diverged(record: dict) -> bool:
-    """A run whose loss stopped being finite: it has no figures, only where it stopped."""
-    return record["status"] == "diverged"
-
-
-def _diverged_cells(row: Row) -> dict[str, Cell]:
-    """Each repeat's step, rank and loss where training stopped, and the run's lr."""
-    stops = [r["diverged"] for r in row.runs]
-    return {**_key_cells(row), "repeats": len(row.runs),
-            "at step": [stop["step"] for stop in stops],
-            "rank": [stop["rank"] for stop in stops], "loss": [stop["loss"] for stop in stops],
-            "lr": row.runs[0]["lr"]}
-
-
-def _rows(records: list[dict]) -> list[Row]:
-    """One row per backend x devices x launcher x nodes x modes, in report order, repeats in
-    order."""
-    keyed: dict[tuple, list[dict]] = defaultdict(list)
-    for r in records:
-        keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"], nodes_of(r),
-               modes_of(r))].append(r)
-    return [Row(*key, runs=sorted(keyed[key], key=lambda r: r["repeat"]),
-                task=task_of_model(keyed[key][0]["model"]))
-            for key in sorted(keyed, key=_order)]
-
-
-def build_groups(records: list[dict]) -> list[Group]:
-    """One group per spec_sha256, one row per backend x devices x launcher x nodes, grouped by
-    framework, single first; profiled runs in rows of their own (``profiles``)."""
-    by_spec: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_spec[r["spec_sha256"]].append(r)
-    groups = []
-    for sha in sorted(by_spec):
-        rows = _rows([r for r in by_spec[sha] if not is_profiled(r) and not _diverged(r)])
-        for row in rows:
-            row.cells = _cells(row)
-        for row in rows:
-            row.cells["scaling eff."] = _efficiency(row, rows)
-        profiles = _rows([r for r in by_spec[sha] if is_profiled(r)])
-        for row in profiles:
-            row.cells = _profile_cells(row)
-        diverged = _rows([r for r in by_spec[sha] if _diverged(r) and not is_profiled(r)])
-        for row in diverged:
-            row.cells = _diverged_cells(row)
-        group = Group(sha, "", task_of_model(by_spec[sha][0]["model"]), rows, profiles, diverged)
-        group.title = _title(sha, [r for row in group.all_rows for r in row.runs])
-        groups.append(group)
-    return groups
-
-

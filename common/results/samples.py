@@ -5,7 +5,8 @@ Each process left ``samples-rank<r>.npy`` (steps x its devices x rows, see parbe
 together they say which training sample every device saw at every step. From them:
 
 * ``matches_contract``: every device trained on exactly the contract's shard of every global
-  batch (parbench.contract.batches), step by step. True for ``--input arrays`` (checked, not assumed);
+  batch (parbench.contract.batches), step by step. True for ``--input arrays`` (checked, not
+  assumed);
   a native loader shuffles with its own generator, so it is normally false, and then
 * ``epochs``: per epoch of the feed, how many samples were trained on across all devices, how
   many distinct ones, how many were extra copies (``duplicated``: e.g. DistributedSampler
