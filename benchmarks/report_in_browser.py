@@ -1,6 +1,8 @@
 """Renders the HTML report of a records folder in a real headless browser (Debian's chromium)
 in a 1400x1000 window, and checks with the browser's own layout that the page fits the window
-(no horizontal scrolling), that every figure decodes, and that the headline comes first.
+(no horizontal scrolling), that every figure decodes, that the headline comes first and that
+its first table fits the first screen whole (no scrolling inside its box, its bottom within
+the window's height).
 Writes the page, a screenshot of the first screen and one of the whole page to look at.
 
     python benchmarks/report_in_browser.py [RECORDS] [--out DIR] [--chromium PATH]
@@ -35,8 +37,18 @@ window.addEventListener("load", () => {
     scrollWidth: root.scrollWidth, clientWidth: root.clientWidth,
     scrollHeight: root.scrollHeight, images: images.length,
     decoded: images.filter(i => i.complete && i.naturalWidth > 0).length,
-    headings: [...document.querySelectorAll("h2")].map(h => h.textContent)});
+    headings: [...document.querySelectorAll("h2")].map(h => h.textContent),
+    headline: headlineBoxes().map(box => ({
+      scrollWidth: box.scrollWidth, clientWidth: box.clientWidth,
+      bottom: box.getBoundingClientRect().bottom + window.scrollY}))});
 });
+// the table boxes between the first h2 (the headline) and the next one
+function headlineBoxes() {
+  const [start, end] = document.querySelectorAll("h2");
+  const after = (a, b) => a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING;
+  return [...document.querySelectorAll("div.scroll")].filter(
+    box => start && after(start, box) && (!end || after(box, end)));
+}
 </script>"""
 
 
@@ -78,6 +90,13 @@ def problems(found: dict) -> list[str]:
         wrong.append(f"only {found['decoded']} of {found['images']} figures decoded")
     if found["headings"][:1] != ["Headline"]:
         wrong.append(f"the page does not open with the headline: {found['headings'][:3]}")
+    for i, box in enumerate(found["headline"], start=1):
+        if box["scrollWidth"] > box["clientWidth"]:
+            wrong.append(f"headline table {i} is {box['scrollWidth']} px wide in its "
+                         f"{box['clientWidth']}-px box: it scrolls sideways")
+    if found["headline"] and found["headline"][0]["bottom"] > WINDOW[1]:
+        wrong.append(f"the headline's first table ends {found['headline'][0]['bottom']:.0f} px "
+                     f"down, below the first {WINDOW[1]}-px screen")
     return wrong
 
 

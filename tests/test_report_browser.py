@@ -67,3 +67,24 @@ def test_the_check_sees_a_page_that_scrolls_sideways(tmp_path: Path) -> None:
     assert script.problems(found) == [
         f"page is {found['scrollWidth']} px wide, wider than the {found['clientWidth']}-px "
         "window: it scrolls sideways"]
+
+
+def test_the_check_sees_a_headline_table_that_scrolls_in_its_box_or_starts_too_low(
+        tmp_path: Path) -> None:
+    """The page itself fits, but the headline's table scrolls inside its box and ends below
+    the first screen: both are named."""
+    page = tmp_path / "low.html"
+    page.write_text("<!DOCTYPE html><html><head><title>t</title></head><body>"
+                    "<h2>Headline</h2><p style='height: 1200px'>long notes</p>"
+                    "<div class='scroll' style='overflow-x: auto; max-width: 100%'>"
+                    "<table><tr><td style='min-width: 3000px'>wide</td></tr></table></div>"
+                    "<h2>Next</h2><div class='scroll'>not the headline's</div></body></html>")
+    script = _script()
+    found = script.measure(CHROMIUM, page)
+    assert found["scrollWidth"] <= found["clientWidth"] and len(found["headline"]) == 1
+    box = found["headline"][0]
+    assert script.problems(found) == [
+        f"headline table 1 is {box['scrollWidth']} px wide in its {box['clientWidth']}-px box: "
+        "it scrolls sideways",
+        f"the headline's first table ends {box['bottom']:.0f} px down, below the first "
+        "1000-px screen"]

@@ -31,6 +31,7 @@ caption { text-align: left; font-weight: bold; padding: 0.3em 0; }
 th, td { border: 1px solid #ccc; padding: 0.15em 0.45em; text-align: right; }
 th { background: #f2f2f2; }
 td { max-width: 26em; overflow-wrap: break-word; }
+td:not(.text) { white-space: nowrap; }
 .text { text-align: left; }
 tr.first td { border-top: 2px solid #777; }
 tr.noisy td { background: #fff4cc; }
@@ -41,7 +42,8 @@ img { max-width: 100%; height: auto; }
 """
 
 
-NUMBERS = re.compile(r"[-+.\deE]+( / [-+.\deE]+)*")  # a cell_text number, or a list of them
+# a cell_text number, a list of them, or a figure with its interval: "2400 (2290-2560)"
+NUMBERS = re.compile(r"[-+.\deE]+( / [-+.\deE]+)*( \([.\deE]+-[.\deE]+\))?")
 
 
 def _aligns(table: Table) -> list[str]:
