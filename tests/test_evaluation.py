@@ -1,10 +1,10 @@
 """The evaluation each record reports is the model's, scored independently: from the run's
 final weights, torch's forward (parity's forward.py, one process, the whole test set) gives a
 prediction per row; the confusion matrix, accuracy and macro scores computed from those here,
-by oracles written from the definitions, must be the record's. Two devices each: every strategy's ranks
-or replicas score their parts of the test set and the counts are summed, so a row scored twice,
-a part left out or a prediction taken from the wrong rows shows. The mlp has no BatchNorm, so
-every rank's copy of the model is the exported one."""
+by oracles written from the definitions, must be the record's. Two devices each: every
+strategy's ranks or replicas score their parts of the test set and the counts are summed, so a
+row scored twice, a part left out or a prediction taken from the wrong rows shows. The mlp has
+no BatchNorm, so every rank's copy of the model is the exported one."""
 
 from __future__ import annotations
 

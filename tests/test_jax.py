@@ -269,8 +269,8 @@ print(json.dumps(ratios))
 
 @pytest.mark.slow
 def test_shard_map_pmean_of_replicated_gradients_doubles_them():
-    """The trap the strategies avoid (docs/porting.md, section 5.1): under shard_map with its default
-    check_vma=True, the gradient of a replicated parameter is already summed over the
+    """The trap the strategies avoid (docs/porting.md, section 5.1): under shard_map with its
+    default check_vma=True, the gradient of a replicated parameter is already summed over the
     devices, so pmap's explicit pmean returns N times the gradient (measured 2.0 to 2.000002
     on 2 devices); with check_vma=False it is the gradient (1.0 to 1.000001)."""
     ratios = run_script(SHARD_MAP_TRAP)

@@ -157,7 +157,8 @@ def test_autocast_is_entered_inside_each_replica_thread():
 
 @pytest.mark.parametrize("backend,devices,option", [
     pytest.param("torch-ddp", "2", "--sync-bn", marks=ON_CPU),
-    # refused with GPUs too (parbench.run.registry: torch-dp's refusals); on CPU torch-dp has one device
+    # refused with GPUs too (parbench.run.registry: torch-dp's refusals); on CPU torch-dp has
+    # one device
     pytest.param("torch-dp", "2", "--sync-bn", marks=TWO_GPUS),
     ("torch-dp", "1", "--compile"),
 ])

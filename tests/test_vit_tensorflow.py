@@ -134,7 +134,8 @@ def applied(strategy, make, keras_sgd=False):
     def replica(x, y):
         with tf.GradientTape() as tape:
             loss = tf.nn.compute_average_loss(
-                IMAGE_CLASSIFICATION.per_example_loss(y, model(x, training=True)), global_batch_size=len(Y))
+                IMAGE_CLASSIFICATION.per_example_loss(y, model(x, training=True)),
+                global_batch_size=len(Y))
         optimizer.apply(tape.gradient(loss, model.trainable_variables),
                         model.trainable_variables)
 

@@ -1,7 +1,8 @@
 """``parbench peak``: the dense-matmul peak of each installed framework and dtype on this
 machine, with the threads each process of a 1- and a 2-device run gets (the default
-comparison's), measured where the cache lacks it (all of it with --refresh), printed as a table beside the GPU's datasheet figure, and cached for runs to
-read (parbench.run.peak says how it is measured and where the cache is)."""
+comparison's), measured where the cache lacks it (all of it with --refresh), printed as a
+table beside the GPU's datasheet figure, and cached for runs to read (parbench.run.peak says
+how it is measured and where the cache is)."""
 
 from __future__ import annotations
 

@@ -183,7 +183,8 @@ class Role(str, Enum):
 
 @dataclass(frozen=True)
 class RoleRule:
-    init: str  # he_normal | fan_in_uniform | normal_002 | ones | zeros (see parbench.contract.weights)
+    # he_normal | fan_in_uniform | normal_002 | ones | zeros (see parbench.contract.weights)
+    init: str
     decay: bool  # AdamW's weight decay applies (matrices and embeddings; never norms, biases)
     trainable: bool = True
 

@@ -7,8 +7,8 @@ start each worker in a session of its own. So parbench tracks the whole tree by 
   is re-parented to the harness instead of to init, so it stays a descendant that ``psutil``
   finds and the harness can reap;
 * every launcher and worker asks the kernel to SIGKILL it when its parent exits
-  (``PR_SET_PDEATHSIG``, parbench.run.process.die_with_parent), which covers the one case the harness cannot handle itself: the
-  harness being SIGKILLed;
+  (``PR_SET_PDEATHSIG``, parbench.run.process.die_with_parent), which covers the one case the
+  harness cannot handle itself: the harness being SIGKILLed;
 * ``kill_tree`` SIGKILLs every descendant of the launcher seen during the run or found at the
   end, and every child of the harness born since the launch (orphans re-parented to it).
 

@@ -1,8 +1,8 @@
 """What each process trains on, step by step, and the proof of what it was fed.
 
 ``--input arrays`` (the default): the loop slices the contract's shards out of the training
-arrays itself (``ArrayFeed``, see parbench.contract.batches), so every framework trains on the same rows
-in the same order. ``--input native``: the strategy builds its framework's own loader
+arrays itself (``ArrayFeed``, see parbench.contract.batches), so every framework trains on the
+same rows in the same order. ``--input native``: the strategy builds its framework's own loader
 (``Strategy.native_feed``): torch ``DataLoader`` with a ``DistributedSampler``, ``tf.data``
 through ``distribute_datasets_from_function``, Paddle's ``DistributedBatchSampler``. Those
 shuffle with their own generators, so the order is the loader's, not the contract's; what
