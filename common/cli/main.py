@@ -17,6 +17,7 @@ from parbench.results.records import check_folder, probe_folder
 from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 
 from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs, warn_if_busy
+from .explain import add_explain_parser
 from .peak import add_peak_parser
 from .run_command import add_node_options, add_run_options, cmd_run, config_from_args
 from .slurm import add_slurm_parser
@@ -214,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
     add_slurm_parser(sub)
     add_peak_parser(sub)
+    add_explain_parser(sub)
     return parser
 
 

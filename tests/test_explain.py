@@ -1,0 +1,135 @@
+"""``parbench explain``: bad input refused in one line with nothing written; each cause switched
+off by the run options it names, or said to be impossible with the backend's reason; the
+printed figures computed from the variants' records; and one real ablation on torch-ddp."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from test_causes import record
+
+from conftest import needs, parbench, records_in
+from parbench.base.devices import gpu_count
+from parbench.cli.explain import Variant, baseline_config, switched_off
+from parbench.cli.explain_table import explain_lines, explain_table
+from parbench.launch.config import RunConfig
+from parbench.results.causes import known_causes
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["torch-ddp"], "--devices wants a whole number of at least 2; got nothing"),
+    (["torch-ddp", "--devices", "1"], "--devices wants a whole number of at least 2; got '1'"),
+    (["torch-ddp", "--devices", "two"], "got 'two'"),
+    (["torch-ddp", "--devices", "2", "--seeds", "2"], "--seeds wants a whole number of at "
+     "least 3; got '2'"),
+    (["torch-ddp", "--devices", "2", "--seeds", "3.5"], "got '3.5'"),
+    (["torch-fast", "--devices", "2"], "unknown backend 'torch-fast'"),
+    (["torch-single", "--devices", "2"], "torch-single runs on one device"),
+    (["torch-ddp", "--devices", "10000"], "--devices 10000 but this machine has"),
+    (["torch-ddp", "--devices", "2", "--repeats", "2"], "give --seeds instead of --repeats"),
+    (["torch-ddp", "--devices", "2", "--global-batch", "33"], "not divisible by --devices 2"),
+    (["torch-ddp", "--devices", "2", "--seed", "2147483646"], "--seed 2147483646 with --seeds 3 "
+     "reaches seed 2147483648: --seed must be in"),
+])
+def test_bad_input_is_refused_in_one_line_and_nothing_is_written(tmp_path, args, fragment):
+    out = tmp_path / "out"
+    done = parbench("explain", *args, "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("parbench: error:"), done.stderr
+    assert fragment in lines[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def row(table: str, variant: str) -> list[str]:
+    """The cells of a variant's row of a printed table."""
+    (found,) = [line for line in table.splitlines() if line.startswith(f"| {variant} ")]
+    return [cell.strip() for cell in found.strip("|").split("|")]
+
+
+def cause(name: str, **changes):
+    (found,) = [c for c in known_causes(record(**changes)) if c.name == name]
+    return found
+
+
+@pytest.mark.skipif(gpu_count() > 0, reason="torch's --sync-bn needs CUDA: here it would run")
+def test_a_cause_the_backend_cannot_switch_off_says_why():
+    given = RunConfig(backend="torch-ddp", devices=2, steps=4)
+    variant = switched_off(given, cause("batchnorm"))
+    assert variant.why_not.startswith("cannot be switched off on torch-ddp: --sync-bn is not "
+                                      "available for torch-ddp: nn.SyncBatchNorm needs CUDA")
+    assert switched_off(given, cause("eval-sharding")).why_not == \
+        "no run option switches it off on its own"
+
+
+def test_the_baseline_keeps_the_modes_that_mean_something_on_one_device():
+    given = RunConfig.of(backend="torch-fsdp", devices=2, compile=True, sync_bn=True,
+                         reshard_after_forward="no", global_batch=64)
+    baseline = baseline_config(given)
+    assert (baseline.backend, baseline.devices, baseline.launcher) == ("torch-single", 1, None)
+    assert baseline.modes.changed() == {"compile": True} and baseline.global_batch == 64
+
+
+def test_switching_off_sets_the_options_the_cause_names():
+    mirrored = switched_off(RunConfig(backend="tf-mirrored", devices=2), cause("batchnorm"))
+    assert mirrored.why_not is None and mirrored.config.modes.sync_bn
+    grown = record(batch_mode="per-device", global_batch=64, per_device_batch=32,
+                   lr_scaling="linear", lr=0.05)
+    given = RunConfig(backend="torch-ddp", devices=2, per_device_batch=32, lr_scaling="linear")
+    fixed = switched_off(given, [c for c in known_causes(grown) if c.name == "global-batch"][0])
+    assert (fixed.config.global_batch, fixed.config.per_device_batch) == (32, None)
+    plain = switched_off(given, [c for c in known_causes(grown) if c.name == "lr-scaling"][0])
+    assert (plain.config.lr_scaling, plain.config.lr) == ("none", pytest.approx(0.025))
+    odd = RunConfig(backend="torch-ddp", devices=2, per_device_batch=5)
+    uneven = {**grown, "global_batch": 10, "per_device_batch": 5}
+    refused = switched_off(odd, [c for c in known_causes(uneven) if c.name == "global-batch"][0])
+    assert "--global-batch 5 is not divisible by --devices 2" in refused.why_not
+
+
+def test_the_table_carries_each_causes_share_from_the_records():
+    def ran(name, backend, devices, accuracies, found=None, why_not=None):
+        runs = [record(backend, devices, seed, a) for seed, a in enumerate(accuracies)]
+        return Variant(name, RunConfig(backend=backend, devices=devices), found, why_not, runs)
+
+    batchnorm = cause("batchnorm", backend="tf-mirrored")
+    variants = [ran("baseline", "tf-single", 1, (0.80, 0.81, 0.82)),
+                ran("as given", "tf-mirrored", 2, (0.70, 0.71, 0.75)),
+                ran("batchnorm off", "tf-mirrored", 2, (0.79, 0.80, 0.85), batchnorm)]
+    table = explain_table(variants, "accuracy", "final_accuracy")
+    # as given: 0.71 - 0.81 = -0.1; with sync BN 0.80 - 0.81 = -0.01; carried -0.09
+    assert row(table, "baseline") == ["baseline", "tf-single x1", "", "3/3", "0.81", "", "0.02",
+                                      ""]
+    assert row(table, "as given")[3:] == ["3/3", "0.71", "-0.1", "0.05", ""]
+    assert row(table, "batchnorm off")[2:] == ["--sync-bn", "3/3", "0.8", "-0.01", "0.06",
+                                               "-0.09"]
+    lines = explain_lines(variants, known_causes(record(backend="tf-mirrored")), "accuracy",
+                          "final_accuracy")
+    assert lines[0] == ("as given: accuracy change -0.1 against the baseline (baseline spread "
+                        "0.02 over 3 seed(s)): beyond seed noise")
+    assert lines[1].startswith("batchnorm (each of 2 replicas") and lines[1].endswith(
+        "carries -0.09 of the -0.1 change: beyond seed noise")
+
+
+@needs("torch")
+@pytest.mark.slow
+def test_a_real_ablation_on_torch_ddp(tmp_path):
+    out = tmp_path / "out"
+    done = parbench("explain", "torch-ddp", "--devices", "2", "--dataset", "digits",
+                    "--steps", "3", "--global-batch", "32", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = records_in(out)
+    by_backend = {b: [r for r in runs if r["backend"] == b] for b in ("torch-single", "torch-ddp")}
+    for backend, found in by_backend.items():
+        assert sorted(r["seed"] for r in found) == [0, 1, 2], backend
+        assert all(r["status"] == "ok" for r in found)
+    baseline = statistics.median(r["metrics"]["final_accuracy"] for r in by_backend["torch-single"])
+    assert row(done.stdout, "baseline")[:5] == ["baseline", "torch-single x1", "", "3/3",
+                                                f"{baseline:.4g}"]
+    assert row(done.stdout, "as given")[:4] == ["as given", "torch-ddp x2", "", "3/3"]
+    assert row(done.stdout, "batchnorm off")[:3] == ["batchnorm off", "torch-ddp x2", "--sync-bn"]
+    if not gpu_count():  # nn.SyncBatchNorm needs CUDA: that variant is reported, not run
+        assert len(runs) == 6
+        assert "batchnorm (each of 2 replicas normalises its 16 rows with their own " \
+            "statistics): cannot be switched off on torch-ddp" in done.stdout
+    assert "absent: global-batch: --global-batch 32 is the same on 1 device" in done.stdout
