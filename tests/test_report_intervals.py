@@ -126,3 +126,30 @@ def test_mixed_commits_schemas_and_versions_are_said_in_the_headline() -> None:
     assert "The records come from 2 record schemas: v1 (2), v2 (1)." in text
     assert "The torch records come from 2 versions: torch 2.5.1 (2), torch 2.6.0 (1)." in text
     assert text.index("The records come from") < text.index("### " + TITLE)
+
+
+def test_a_change_beyond_seed_noise_is_said_in_the_headline_and_has_its_section() -> None:
+    """3 seeds each (a spec each): torch-single scores 0.80-0.84, torch-ddp x2 0.70-0.72, so
+    its change -0.11 (median 0.71 against 0.82) exceeds the baseline's spread 0.04; a resnet
+    without sync BN names its BatchNorm cause."""
+    records = []
+    for seed, (single, ddp) in enumerate([(0.80, 0.70), (0.82, 0.71), (0.84, 0.72)]):
+        spec = f"{seed + 1}" * 64
+        for rec in (record("torch-single", "torch", 1, 0, 100.0, spec=spec, accuracy=single),
+                    record("torch-ddp", "torch", 2, 0, 180.0, spec=spec, accuracy=ddp,
+                           launcher="torchrun")):
+            rec.update(seed=seed, model="resnet")
+            records.append(rec)
+    text = render(records)
+    assert ("Did N devices change the result: 1 of 1 N-device configuration(s) with 3 or more "
+            "seeds changed a quality metric beyond the 1-device baseline's seed-to-seed spread "
+            "(torch-ddp x2: accuracy -0.11)") in text
+    rows = markdown_tables(text)[("Did N devices change the result",
+                                  "Quality at N devices against 1 device")]
+    accuracy = next(row for row in rows if row["metric"] == "accuracy")
+    assert (accuracy["median"], accuracy["baseline median"], accuracy["change"],
+            accuracy["baseline spread (max-min)"], accuracy["verdict"]) == (
+        "0.71", "0.82", "-0.11", "0.04", "beyond seed noise")
+    assert "batchnorm" in accuracy["causes"]
+    # one seed only: nothing can be judged, so neither the line nor the section
+    assert "Did N devices change" not in render(records[:2])

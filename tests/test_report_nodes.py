@@ -16,7 +16,8 @@ import pytest
 from test_report import RECORDS, markdown_tables, record
 
 from parbench.results.html_report import write_report
-from parbench.results.report import NODES_NOTE, PER_NODE_NOTE, render
+from parbench.results.methods import NODES_NOTE
+from parbench.results.report import PER_NODE_NOTE, render
 
 TITLE = ("spec aaaaaaaaaa: model resnet, dataset synthetic, global batch 128 (global batch "
          "fixed), 4 steps, lr 0.05, seed 0")

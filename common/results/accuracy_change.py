@@ -32,6 +32,8 @@ CHANGE_COLUMNS = ("backend", "devices", "launcher", "modes", "model", "dataset",
                   "budget", "runs ok", "seeds", "metric", "median", "baseline", "baseline seeds",
                   "baseline median", "change", f"baseline spread ({SPREAD})", "verdict",
                   "causes")
+# the configuration's columns that a report's table usually holds one value of
+CHANGE_SAID_ONCE = ("modes", "model", "dataset", "batch", "budget")
 CHANGE_NOTE = (
     "Each N-device configuration (everything a run fixes but the seed) against its 1-device "
     "baseline: the framework's single backend with the same model, data, 1-device batch, "
@@ -194,3 +196,24 @@ def change_rows(records: list[dict]) -> list[dict[str, Cell]]:
             rows.append({**cells, **_metric_cells(metric, task.quality_columns[metric], runs,
                                                   baseline)})
     return [{column: row[column] for column in CHANGE_COLUMNS} for row in rows]
+
+
+def change_summary(rows: list[dict[str, Cell]]) -> str | None:
+    """The headline's line: how many N-device configurations changed a metric beyond seed
+    noise, naming them; None where no configuration could be judged (fewer than 3 seeds)."""
+    judged = [r for r in rows if r["verdict"] in ("beyond seed noise", "within seed noise")]
+    if not judged:
+        return None
+    def name(r: dict[str, Cell]) -> str:
+        return f"{r['backend']} x{r['devices']}"
+
+    configs = list(dict.fromkeys(map(name, judged)))
+    beyond = {}
+    for r in judged:
+        if r["verdict"] == "beyond seed noise":
+            beyond.setdefault(name(r), []).append(f"{r['metric']} {r['change']:+.3g}")
+    detail = "; ".join(f"{config}: {', '.join(changes)}" for config, changes in beyond.items())
+    return (f"Did N devices change the result: {len(beyond)} of {len(configs)} N-device "
+            "configuration(s) with 3 or more seeds changed a quality metric beyond the "
+            "1-device baseline's seed-to-seed spread" + (f" ({detail})" if detail else "")
+            + "; the section Did N devices change the result has every metric and its causes.")

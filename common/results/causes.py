@@ -29,13 +29,6 @@ from parbench.contract.spec import uses_batchnorm
 from parbench.run.modes import modes_of
 from parbench.run.registry import BACKENDS
 
-# Multi-process backends whose processes score the test set with the same running statistics
-# anyway. Measured (resnet, digits, 20 steps, 2 devices, 357 test rows: the record's test loss
-# against that of the exported rank-0 weights on the whole test set, relative): jax-multiprocess
-# 2e-8, the one-process tf-mirrored 4e-9 and jax-pmap 6e-8; torch-ddp 3.1e-3, torch-fsdp,
-# paddle-spawn and tf-multiworker 4.1e-3 (the last three's accuracy by 2 rows of 357).
-SAME_STATISTICS = {"jax-multiprocess": "it gathers device 0's running statistics onto every "
-                   "process before scoring"}
 EXACT_PARTS = ("each rank scores a contiguous part of the test set, the parts cover every row "
                "once (sizes differ by at most one row, so a test set N does not divide is "
                "scored whole) and the scores come from the summed counts")
@@ -131,9 +124,9 @@ def _eval_sharding(record: dict) -> Cause:
     if backend is not None and backend.one_process:
         return Cause(name, cell, False, "one process drives every replica and scores with one "
                      "set of running statistics")
-    if record["backend"] in SAME_STATISTICS:
+    if backend is not None and backend.shared_eval_statistics:
         return Cause(name, cell, False, f"{record['backend']}: "
-                     f"{SAME_STATISTICS[record['backend']]}")
+                     f"{backend.shared_eval_statistics}")
     return Cause(name, cell, True, f"each of {record['world_size']} processes scores its part "
                  "of the test set with BatchNorm running statistics of its own; --sync-bn "
                  "makes them equal, together with the batchnorm cause")

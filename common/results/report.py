@@ -12,23 +12,27 @@ import numpy as np
 from tabulate import tabulate
 
 from parbench.contract.tasks import Task
-from parbench.run.modes import MODES
 from parbench.run.registry import FRAMEWORKS
 
+from .accuracy_change import (
+    CHANGE_COLUMNS,
+    CHANGE_NOTE,
+    CHANGE_SAID_ONCE,
+    change_rows,
+    change_summary,
+)
 from .envrows import COLUMNS as ENVIRONMENT
 from .envrows import environment_rows
 from .groups import build_groups
 from .headline import NOTE as HEADLINE_NOTE
 from .headline import headline_columns, headline_rows, limit_lines, tie_lines, warnings
-from .intervals import BOOTSTRAP_RESAMPLES, REPEATS_FOR_T
+from .methods import methods
 from .noderows import node_rows
 from .provenance import provenance_lines
-from .records import BUSY_LOAD_PER_CORE
 from .rows import (
     FLOPS_COLUMNS,
     KEY,
     MODE_COLUMNS,
-    NOISY_CV_PERCENT,
     RUN_KEY,
     Cell,
     Group,
@@ -44,7 +48,7 @@ from .tidy import to_csv
 # peak; utilisation where no peak was measured
 OPTIONAL = ("data wait %", "shared cores", "vs single same threads", *FLOPS_COLUMNS)
 # a column with one value in every row is said once, in the table's note
-SAID_ONCE = (*MODE_COLUMNS, "CI method")
+SAID_ONCE = (*MODE_COLUMNS, "CI method", *CHANGE_SAID_ONCE)
 PROFILES = (*KEY, "status", "runs", "forward ms", "backward ms", "optimizer ms",
             "communication ms", "step ms", "top ops (ms/step)")
 DIVERGED = (*KEY, "repeats", "at step", "rank", "loss", "lr")
@@ -78,10 +82,6 @@ PER_NODE_NOTE = (
     "arrays or the framework's loader). Records that predate scoring s and data wait ms show "
     "- there. host: the node's host name, several /-separated where the repeats ran on "
     "different machines.")
-NODES_NOTE = (
-    "Multi-node runs have rows of their own, after their framework's single-node rows, with "
-    "devices shown as nodes x devices per node (2x1: 2 nodes of 1 device); in their scaling "
-    "efficiency N is the device count over all nodes (world_size).")
 NOT_REACHED = "not reached"
 
 
@@ -99,57 +99,6 @@ def quality_columns(task: type[Task]) -> tuple[str, ...]:
     """The Accuracy and memory table's columns: the task's quality metrics, then memory."""
     return (*KEY, *task.quality_columns, "time to target s", "peak RSS MiB", "RSS MiB per rank",
             "peak device MiB", "device MiB per device")
-
-
-def notes(speed: str) -> list[str]:
-    """How the figures are made; ``speed`` names the throughput column(s) ('samples/s')."""
-    return [
-        "Each cell is the median over the row's ok repeats; runs counts ok/all repeats.",
-        f"95% CI: the confidence interval of {speed} (and, in the CSV, of the median step "
-        f"time). With {REPEATS_FOR_T} or more ok repeats: Student's t over the repeats, on the "
-        "log of each repeat's figure (an interval of their geometric mean). With fewer: a "
-        f"percentile bootstrap ({BOOTSTRAP_RESAMPLES} resamples) of the steady steps within "
-        "each run (each resample draws every run's steps with replacement and takes the "
-        "geometric mean of the runs' median step times); it knows nothing of run-to-run "
-        "variation, so it is narrower than a t interval would be. CI method says which, and "
-        "records before schema 10 with fewer repeats have none. A ratio of two figures (vs "
-        "fastest, scaling eff., vs 1-dev, same threads) has the interval of the two log-scale "
-        "half-widths added in quadrature.",
-        f"cv % = sample standard deviation (ddof 1) / mean of {speed} over the ok repeats, x 100 "
-        "(it needs 2 ok repeats). noisy names why a cell's speed is not to be trusted: cv (cv % "
-        f"> {NOISY_CV_PERCENT:g}) and/or load (other processes used more than "
-        f"{BUSY_LOAD_PER_CORE:g} x cores on average during a run, measured as their CPU time; "
-        "where a record has no such measure, its 1-minute load average at the start decides); "
-        "no otherwise. A record without a load reading (schema v1) counts as unknown, never as "
-        "noisy.",
-        f"Scaling efficiency = {speed} at N devices / (N x {speed} at 1 device), where the "
-        "1-device reference is the framework's single backend, else the same backend at 1 "
-        "device, in the same spec only. shared cores: where the N devices of a run are CPU "
-        "devices of one machine, they share its cores (this many), so N devices cannot beat one "
-        "process given all their threads and the efficiency reads low by design; vs single same "
-        f"threads = {speed} / that of the framework's single backend run with as many threads "
-        "per worker as the N devices had together (threads per worker x processes), the fair "
-        "reference there (empty where no such run is in the records).",
-        "Time to target is training time (sum of step times) until the first evaluation at or "
-        "above the target accuracy; a repeat that never reached it counts as infinitely slow.",
-        "Peak memory: host RSS per process (rank) and allocator peak per device; the lists are "
-        "medians over repeats position by position, so an imbalance (DataParallel's device 0) "
-        "shows.",
-        f"Modes ({', '.join(MODE_COLUMNS)}) are part of a row's key: two modes never share a "
-        "row, and the 1-device reference of a scaling efficiency has the same modes except "
-        f"{', '.join(m.column for m in MODES.values() if not m.matters_on_one_device)}. A mode "
-        "column that is the same in every row of a table is left out of it and named in the "
-        "table's note.",
-        "TFLOP/s = the model FLOPs of one step, from the spec (matrix products and attention, 2 "
-        "per multiply-add, training = 3 x forward; norms, activations, the loss and the "
-        "optimizer left out), / the median step time, all devices together and per device. "
-        "util. % = TFLOP/s per device / the dense matmul peak 'parbench peak' measured on the "
-        "run's machine with the same framework, version, compute dtype and threads per worker "
-        "(empty where none was measured); MFU % = the same over the GPU's datasheet dense peak "
-        "(empty on CPUs and unknown GPUs).",
-        "data wait % = the time steps waited for their batch (taking it from the arrays or the "
-        "framework's loader) as a share of that wait plus the step times, all ranks together; a "
-        "loader that cannot keep up shows here rather than in the step time."]
 
 
 def cell_text(value: Cell, exact: bool = False) -> str:
@@ -256,17 +205,6 @@ def _environment(groups: list[Group]) -> Table:
     return table
 
 
-def _methods(groups: list[Group]) -> list[str]:
-    runs = [r for g in groups for row in g.rows for r in row.runs]
-    unknown = sum(r["env"].get("load_1m_start") is None for r in runs)
-    load = [f"{unknown} of {len(runs)} run(s) carry no load reading: their load is unknown."]
-    nodes = [NODES_NOTE] if any(row.nodes > 1 for g in groups for row in g.rows) else []
-    tasks = list(dict.fromkeys(g.task for g in groups))
-    speed = " / ".join(throughput_column(task) for task in tasks)
-    return [*notes(speed), *(task.quality_note for task in tasks), *nodes,
-            *(load if unknown else [])]
-
-
 def _sharding(groups: list[tuple[Group, list[tuple[Row, Row]]]]) -> Section:
     """Each spec's sharded rows beside their replicated twins, and the trade of each pair."""
     tables = []
@@ -307,6 +245,12 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
         sections.append(_sharding(sharded))
         sections[0].notes.append("Sharded data parallelism: " + " ".join(
             trade_line(*pair) for _, pairs in sharded for pair in pairs))
+    changes = change_rows([r for g in groups for row in g.all_rows for r in row.runs])
+    if change_summary(changes):  # second: the question people bring after "which is fastest"
+        sections.insert(1, Section("Did N devices change the result", None, [
+            _table("Quality at N devices against 1 device", CHANGE_COLUMNS, changes)],
+            [CHANGE_NOTE]))
+        sections[0].notes.append(change_summary(changes))
     diverged = [g for g in groups if g.diverged]
     if diverged:
         sections.append(Section("Diverged runs", None, [
@@ -317,7 +261,7 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
         sections.append(Section("Profiles", None, [
             _table(g.title, PROFILES, [row.cells for row in g.profiles]) for g in profiled],
             PROFILE_NOTES))
-    sections.append(Section("How the figures are made", None, [], _methods(groups)))
+    sections.append(Section("How the figures are made", None, [], methods(groups)))
     sections.append(Section("Environment", None, [_environment(groups)]))
     return "parbench report", intro, sections
 
