@@ -73,7 +73,8 @@ def headline_columns(rows: list[Row]) -> tuple[str, ...]:
     columns = ("devices", *(mode.column for mode in MODES.values() if mode.headline), "rank",
                "framework", "approach", speed, "vs fastest", "scaling eff.",
                *(("shared cores", "vs 1-dev, same threads") if shared else ()),
-               "util. %", "MFU %", "RSS MiB per rank")
+               # the task's first quality figure (accuracy; a language model's val loss)
+               next(iter(rows[0].task.quality_columns)), "util. %", "MFU %", "RSS MiB per rank")
     on_devices = any(isinstance(row.cells[ON_DEVICES], list) for row in rows)
     return (*columns, ON_DEVICES) if on_devices else columns
 
