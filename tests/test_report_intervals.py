@@ -128,18 +128,25 @@ def test_mixed_commits_schemas_and_versions_are_said_in_the_headline() -> None:
     assert text.index("The records come from") < text.index("### " + TITLE)
 
 
+def seed_records() -> list[dict]:
+    """torch-single and torch-ddp x2 at seeds 0, 1, 2 (a spec each), resnet, CPU devices."""
+    records = []
+    for seed, (single, ddp) in enumerate([(0.80, 0.70), (0.82, 0.71), (0.84, 0.72)]):
+        spec = f"{seed + 1}" * 64
+        records += [on_cpu(record("torch-single", "torch", 1, 0, 100.0, spec=spec,
+                                  accuracy=single), threads=2),
+                    on_cpu(record("torch-ddp", "torch", 2, 0, 180.0, spec=spec, accuracy=ddp,
+                                  launcher="torchrun"), threads=1)]
+        for rec in records[-2:]:
+            rec.update(seed=seed, model="resnet")
+    return records
+
+
 def test_a_change_beyond_seed_noise_is_said_in_the_headline_and_has_its_section() -> None:
     """3 seeds each (a spec each): torch-single scores 0.80-0.84, torch-ddp x2 0.70-0.72, so
     its change -0.11 (median 0.71 against 0.82) exceeds the baseline's spread 0.04; a resnet
     without sync BN names its BatchNorm cause."""
-    records = []
-    for seed, (single, ddp) in enumerate([(0.80, 0.70), (0.82, 0.71), (0.84, 0.72)]):
-        spec = f"{seed + 1}" * 64
-        for rec in (record("torch-single", "torch", 1, 0, 100.0, spec=spec, accuracy=single),
-                    record("torch-ddp", "torch", 2, 0, 180.0, spec=spec, accuracy=ddp,
-                           launcher="torchrun")):
-            rec.update(seed=seed, model="resnet")
-            records.append(rec)
+    records = seed_records()
     text = render(records)
     assert ("Did N devices change the result: 1 of 1 N-device configuration(s) with 3 or more "
             "seeds changed a quality metric beyond the 1-device baseline's seed-to-seed spread "
