@@ -144,12 +144,14 @@ def test_performance_table_holds_the_hand_computed_figures(markdown: str) -> Non
     assert [(r["backend"], r["devices"]) for r in tables[(TITLE_A, "Performance")]] == ORDER_A
     # torch-single: throughput 100/110/120 -> median 110, step 128/110 s, p90 1.25x that;
     # cv: sample sd 10 / mean 110 = 9.091 % > 5 %: noisy; 95% CI: the logs' mean 4.6977 and
-    # sd 0.09118, t(0.975, 2 df) = 4.3027: exp(4.6977 -/+ 4.3027 x 0.09118 / sqrt 3) = 87.5-138
+    # sd 0.09118, t(0.975, 2 df) = 4.3027: exp(4.6977 -/+ 4.3027 x 0.09118 / sqrt 3) = 87.5-138;
+    # the step times' interval is its inverse: 128000 / 137.6 = 930 to 128000 / 87.46 = 1464 ms
     assert performance[("torch-single", "1")] == {
         "backend": "torch-single", "devices": "1", "launcher": "python", "status": "ok",
         "runs": "3/3", "samples/s": "110", "samples/s 95% CI": "87.5-138",
         "CI method": "t, 3 repeats", "cv %": "9.091", "noisy": "cv", "scaling eff.": "1",
-        "step ms p50": "1164", "step ms p90": "1455", "startup s": "1.5", "first step s": "0.25"}
+        "step ms p50": "1164", "step ms 95% CI": "930-1460", "step ms p90": "1455",
+        "startup s": "1.5", "first step s": "0.25"}
     ddp = performance[("torch-ddp", "2")]
     # 190 / (2 x 110) = 0.8636; step: median of 128/180 s and 128/200 s = 675.6 ms; 2 repeats
     # of schema 1 keep no step times: no interval

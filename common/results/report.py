@@ -92,7 +92,8 @@ def performance_columns(task: type[Task]) -> tuple[str, ...]:
     per_device = (f"{speed} per device",) if task.per_device_throughput else ()
     return (*KEY, "status", "runs", speed, f"{speed} 95% CI", "CI method", *per_device, "cv %",
             "noisy", "scaling eff.", "shared cores", "vs single same threads", "step ms p50",
-            "step ms p90", *FLOPS_COLUMNS, "data wait %", "startup s", "first step s")
+            "step ms 95% CI", "step ms p90", *FLOPS_COLUMNS, "data wait %", "startup s",
+            "first step s")
 
 
 def quality_columns(task: type[Task]) -> tuple[str, ...]:

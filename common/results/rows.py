@@ -184,6 +184,7 @@ def _interval_cells(row: Row) -> dict[str, Cell]:
     return {f"{speed} 95% low": row.speed_ci and row.speed_ci.low,
             f"{speed} 95% high": row.speed_ci and row.speed_ci.high,
             f"{speed} 95% CI": row.speed_ci and row.speed_ci.text(),
+            "step ms 95% CI": row.step_ci and row.step_ci.text(),
             "step ms 95% low": row.step_ci and row.step_ci.low,
             "step ms 95% high": row.step_ci and row.step_ci.high,
             "CI method": row.speed_ci.method if row.speed_ci else None}
