@@ -18,7 +18,7 @@ from parbench.run.modes import Modes, modes_of
 from parbench.run.registry import BACKENDS, FRAMEWORKS
 
 from .causes import known_causes
-from .rows import is_profiled
+from .rows import is_profiled, nodes_of
 
 Cell = str | int | float | None
 
@@ -122,7 +122,7 @@ class Configuration:
 def configuration(record: dict) -> Configuration:
     """The configuration a record's run belongs to."""
     return Configuration(record["backend"], record["world_size"], record["launcher"],
-                         record.get("nnodes", 1), modes_of(record), record["batch_mode"],
+                         nodes_of(record), modes_of(record), record["batch_mode"],
                          record["global_batch"], baseline_key(record))
 
 
