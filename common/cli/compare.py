@@ -194,7 +194,7 @@ def _run_slot(prepared: Prepared, slot: Slot, out: Path,
               result: SweepResult) -> tuple[str, str | None]:
     """Run one slot: a repeat's record is written and counted in ``result``, a warm-up's is
     dropped (it only warms file-system and compile caches). (status, problem writing it)."""
-    record = run_once(prepared, slot.index)
+    record = run_once(prepared, slot.index).record  # compare refuses --profile
     if slot.warmup:
         return record["status"], None
     _, problem = save_record(out, record)

@@ -153,7 +153,7 @@ def run_variant(variant: Variant, seeds: tuple[int, ...], out: Path, start: floa
         config = replace(variant.config, seed=seed, out=str(out))
         try:
             with private_tempdir("parbench-inputs-") as shared:
-                record = run_once(prepare(config, Path(shared)), 0)
+                record = run_once(prepare(config, Path(shared)), 0).record  # no --profile
         except UsageError as err:  # a variant's own data check: it cannot run at all
             variant.why_not = f"cannot run: {err}"
             return unsaved

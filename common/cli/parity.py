@@ -175,7 +175,7 @@ def run_trajectory(backend: str, folder: Path, steps: int = 10, family: str = "r
     folder.mkdir(parents=True, exist_ok=True)
     with private_tempdir("parbench-parity-") as shared:
         prepared = prepare(cfg, Path(shared))
-        record = run_once(prepared, 0, save_weights_to=folder / f"{backend}.npz")
+        record = run_once(prepared, 0, save_weights_to=folder / f"{backend}.npz").record
     if record["status"] != "ok":
         raise RuntimeError(f"{backend} trajectory run {record['status']}:\n{record['error']}")
     return record, load_weights(folder / f"{backend}.npz")

@@ -24,7 +24,6 @@ from parbench.launch.slurm import DEFAULT_MASTER_PORT, slurm_node
 from parbench.results.records import probe_file, probe_folder, save_record
 from parbench.results.report import render
 from parbench.run.modes import MODES
-from parbench.run.profiling import DOCUMENT_KEY
 from parbench.run.registry import BACKENDS, spanning_backends
 
 
@@ -176,12 +175,12 @@ def _run_repeats(prepared: Prepared, save_to: Path | None) -> tuple[list[dict], 
     cfg, records, unsaved = prepared.cfg, [], []
     for repeat in range(cfg.repeats):
         last = repeat == cfg.repeats - 1
-        record = run_once(prepared, repeat, save_to if last else None)
-        profile = record.pop(DOCUMENT_KEY, None)  # a file of its own, next to the record
+        outcome = run_once(prepared, repeat, save_to if last else None)
+        record = outcome.record
         path, problem = save_record(Path(cfg.out), record)
         print(f"{record['status']}: {path}", file=sys.stderr)
-        if profile is not None:
-            unsaved += _save_profile(path.with_name(record["profile"]["file"]), profile)
+        if outcome.profile is not None:  # a file of its own, next to the record
+            unsaved += _save_profile(path.with_name(record["profile"]["file"]), outcome.profile)
         records.append(record)
         unsaved += [problem] if problem else []
     return records, unsaved

@@ -7,12 +7,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
-from parbench.base.devices import gpu_models
 from parbench.base.errors import UsageError
 from parbench.base.files import private_tempdir
 from parbench.base.ports import free_port
@@ -22,23 +19,21 @@ from parbench.contract.language import LANGUAGE_DATASETS, load_language
 from parbench.contract.spec import ModelSpec, sha256_of, spec_dict
 from parbench.contract.tasks import Task, task_of_model
 from parbench.contract.weights import initial_weights, save_weights
-from parbench.results.metrics import aggregate, divergence, warmup_steps
-from parbench.results.records import SCHEMA_VERSION, name_of
+from parbench.results.metrics import divergence, warmup_steps
 from parbench.results.samples import input_metrics
-from parbench.results.utilisation import flops_metrics
 from parbench.run.job import Job
 from parbench.run.loop import RankLog
-from parbench.run.profiling import attach, window
+from parbench.run.profiling import window
 from parbench.run.registry import LAUNCHERS
 
 from .checkin import CheckIn, NodeFailure, check_in
 from .config import Plan, RunConfig, optimizer_settings, resolve
-from .envinfo import machine_env
 from .exits import first_failure_time
 from .load import LoadSample, load_env
 from .nodes import comparable
 from .nodewatch import Link
-from .supervise import allocator_env, failure, supervise
+from .record import Outcome, Parts, build
+from .supervise import failure, supervise
 
 
 @dataclass
@@ -222,73 +217,18 @@ def _check_in(prepared: Prepared, repeat: int) -> tuple[Link | None, CheckIn | N
     return check_in(plan.nodes, comparable(prepared.cfg.as_dict(), derived), ports)
 
 
-def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = None) -> dict:
+def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = None) -> Outcome:
     """One repeat (on a multi-node run: node 0's part, recording every node's); always returns
-    a record, ok or not."""
+    a record, ok or not, and a profiled ok run's profile document beside it."""
     plan = prepared.plan
     with private_tempdir("parbench-run-") as tmp:
         run = execute(prepared, Path(tmp), repeat, save_weights_to)
         fed = None
-        if run.status == "ok":
+        if run.status == "ok":  # read while the workers' files are still there
             fed = input_metrics(run.workdir, run.logs, plan.modes.input, prepared.cfg.seed,
                                 plan.global_batch, len(prepared.dataset.y_train))
             if save_weights_to is not None:
                 shutil.copyfile(run.workdir / "final_weights.npz", save_weights_to)
-    record = _record(prepared, repeat, run)
-    if fed is not None:
-        record["metrics"]["input"] = fed
-    if run.status == "ok" and plan.profile:  # the ranks' figures: the profile file, summary
-        attach(record, name_of(record), [(log.rank, log.profile) for log in run.logs])
-    return record
-
-
-def _flops(prepared: Prepared, metrics: dict, framework_env: dict) -> dict:
-    """metrics.flops: the spec's FLOPs against the steady step time and this machine's peaks
-    (a GPU run's GPU model read here, on node 0: the nodes of one run are taken to be alike)."""
-    plan = prepared.plan
-    hardware = {"framework": plan.backend.framework,
-                "framework_version": framework_env["framework_version"],
-                "compute_dtype": metrics["compute_dtype"], "threads": plan.threads,
-                "gpu_model": (gpu_models() or [None])[0] if framework_env["gpus"] else None}
-    return flops_metrics(prepared.spec, plan.global_batch, metrics["step_time_ms"]["median"],
-                         plan.world_size, hardware)
-
-
-def _record(prepared: Prepared, repeat: int, run: Execution) -> dict:
-    cfg, plan, logs = prepared.cfg, prepared.plan, run.logs
-    described = logs[0].describe if logs else {}
-    framework_env = {"framework": plan.backend.framework,
-                     "framework_version": described.get("framework_version"),
-                     "device_names": [name for log in logs or []
-                                      for name in log.describe.get("device_names", [])],
-                     # the machine's GPU behind each device of each rank (empty on CPU)
-                     "gpus": [gpu for log in logs or [] for gpu in log.describe.get("gpus", [])],
-                     "cuda_version": described.get("cuda_version"),
-                     "nccl_version": described.get("nccl_version")}
-    extra = {k: v for k, v in described.items() if k not in framework_env and k != "notes"}
-    metrics = aggregate(logs, prepared.task, plan.global_batch, run.launch,
-                        cfg.target_accuracy) if run.status == "ok" else None
-    if metrics is not None:
-        metrics["flops"] = _flops(prepared, metrics, framework_env)
-    return {
-        "schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "backend": cfg.backend, "framework": plan.backend.framework,
-        "strategy": plan.backend.strategy, "launcher": plan.launcher,
-        "world_size": plan.world_size, "nnodes": plan.nnodes, "node_rank": 0,
-        "hosts": [log.host for log in logs or []], "status": run.status, "error": run.error,
-        "seed": cfg.seed,
-        "repeat": repeat, "global_batch": plan.global_batch,
-        "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
-        "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling,
-        "steps": len(logs[0].step_s) if run.status == "ok" else plan.total_steps,
-        "optimizer": plan.optimizer.as_dict(), "dataset": cfg.dataset,
-        "task": prepared.task.name, "model": cfg.model, "spec_sha256": prepared.spec_sha256,
-        "config": cfg.as_dict(),
-        "variant": run_variant(plan), "modes": plan.modes.as_dict(), "metrics": metrics,
-        "env": {**machine_env(plan.threads), **framework_env, **extra,
-                "network_isolated": plan.isolate_network, "allocator": allocator_env(),
-                **run.load},
-        "duration_s": run.duration, "notes": described.get("notes", []),
-        **({"diverged": run.diverged} if run.diverged else {}),
-    }
+    return build(Parts(cfg=prepared.cfg, plan=plan, task=prepared.task, spec=prepared.spec,
+                       spec_sha256=prepared.spec_sha256, variant=run_variant(plan),
+                       repeat=repeat, run=run, fed=fed))

@@ -78,7 +78,22 @@ def name_of(record: dict) -> str:
                        record["spec_sha256"], record["variant"], record["repeat"])
 
 
+class InvalidRecord(ValueError):
+    """A record that does not validate against its schema: a bug in what built it, so it is
+    never written anywhere, not even to a fallback folder, and the run fails loudly."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__(f"the record does not validate ({len(problems)} problem(s)): "
+                         + "; ".join(problems))
+        self.problems = problems
+
+
 def write_record(folder: Path, record: dict) -> Path:
+    """Write ``record`` into ``folder`` under its name, atomically; checked first (InvalidRecord
+    with every problem, nothing written) so that no writer leaves a file ``check`` refuses."""
+    problems = check_record(record)
+    if problems:
+        raise InvalidRecord(problems)
     target = Path(folder) / name_of(record)
     write_atomic(target, json.dumps(record, indent=1).encode())
     return target
@@ -107,7 +122,8 @@ def probe_file(file: Path, option: str) -> None:
 def save_record(folder: Path, record: dict) -> tuple[Path, str | None]:
     """Write ``record`` into ``folder``, or, when that fails (disk full, folder gone), into the
     first fallback folder that takes it; (path, problem) where problem names what went wrong.
-    A record is never dropped: with no writable place at all it is printed to stdout."""
+    A record is never dropped: with no writable place at all it is printed to stdout. Only a
+    place that fails (OSError) sends it elsewhere: an InvalidRecord is raised before any write."""
     try:
         return write_record(folder, record), None
     except OSError as err:

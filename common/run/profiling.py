@@ -5,9 +5,10 @@ counts, at most PROFILE_STEPS, within one epoch) through the strategy's StepProf
 of ``train_step``: the same math, with clocks between forward, backward and optimizer (and,
 with several devices, a gradient-communication figure), while the framework's own profiler
 runs around the window only. Each rank keeps its figures in its rank file (``Session``); the
-harness turns them into the profile document (``attach``), which ``parbench run`` writes next
-to the record as ``<record stem>.profile.json``; the record keeps a short summary under
-``profile`` for the report, and ``variant.profile`` keeps it apart from plain records.
+harness turns them into the profile document (``document``), returned beside the record and
+written by ``parbench run`` next to it as ``<record stem>.profile.json``; the record keeps a
+short summary (``summary``) under ``profile`` for the report, and ``variant.profile`` keeps it
+apart from plain records.
 
 What each phase includes, and how phases overlap, differs by framework (DDP all-reduces
 while backward runs; TensorFlow's step is one compiled graph, split by timing extra graphs):
@@ -26,7 +27,6 @@ TOP_OPS = 10  # operations per rank in the profile file
 SUMMARY_OPS = 3  # of those, kept in the record for the report
 PHASES = ("forward", "backward", "optimizer", "communication")
 SUFFIX = ".profile.json"
-DOCUMENT_KEY = "_profile_document"  # on a record between the harness and cmd_run, never saved
 SHARE_NOTE = ("share_of_step = a phase's median / the median step time (step_ms); phases that "
               "overlap (see phases) do not add up to 1.")
 
@@ -125,16 +125,14 @@ def document(record: dict, record_file: str, ranks: list[tuple[int, dict]]) -> d
             "slowest_rank": slowest["rank"], "ranks": per_rank}
 
 
-def attach(record: dict, record_file: str, ranks: list[tuple[int, dict]]) -> None:
-    """Put the profile document on ``record`` under DOCUMENT_KEY (``parbench run`` pops it
-    and writes it next to the record) and its summary under ``profile``: the slowest rank's
-    medians and top operations, which the record keeps so the report needs no other file."""
-    doc = document(record, record_file, ranks)
+def summary(doc: dict) -> dict:
+    """The record's ``profile``: the slowest rank's medians and top operations, which the
+    record keeps so the report needs no other file, and the profile file's name (the record
+    file's, ``doc["record"]``, with SUFFIX)."""
     slowest = next(r for r in doc["ranks"] if r["rank"] == doc["slowest_rank"])
-    record["profile"] = {
-        "file": record_file.removesuffix(".json") + SUFFIX, "tool": doc["tool"],
+    return {
+        "file": doc["record"].removesuffix(".json") + SUFFIX, "tool": doc["tool"],
         "steps": doc["steps"], "slowest_rank": slowest["rank"],
         "median_ms": slowest["median_ms"], "share_of_step": slowest["share_of_step"],
         "top_ops": [{"name": op["name"], "self_ms_per_step": op["self_ms_per_step"]}
                     for op in slowest["top_ops"][:SUMMARY_OPS]]}
-    record[DOCUMENT_KEY] = doc
