@@ -103,7 +103,7 @@ def strategy_program(backend: str, sync: bool, parts: int) -> str:
     with tempfile.TemporaryDirectory() as folder:
         save_weights(f"{folder}/weights.npz", initial_weights(spec, 0))
         job = Job(backend=backend, launcher="python", world_size=DEVICES, threads=DEVICES,
-                  model=spec_dict(spec), dataset="digits", num_classes=10,
+                  model=spec_dict(spec), dataset="digits", task_fields={"classes": 10},
                   task_name=ImageClassification.name, global_batch=32,
                   total_steps=1, optimizer=asdict(OptimizerSpec()), seed=0, workdir=folder,
                   shared=folder, modes=Modes(sync_bn=sync, grad_accum=parts))

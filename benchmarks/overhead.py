@@ -41,7 +41,7 @@ SINGLE = {"torch": "torch-single", "tensorflow": "tf-single", "paddle": "paddle-
 def batches(steps: int):
     """(model spec, weights, [(x, y, lr)] for each step), the contract's order and schedule."""
     data = load_synthetic()
-    spec = build_spec("resnet", data.input_shape, data.num_classes)
+    spec = build_spec("resnet", data.input_shape, data.holds["classes"])
     steps_data = [(np.asarray(data.x_train[s.indices]), np.asarray(data.y_train[s.indices]),
                    lr_at(s.index, steps, OptimizerSpec()))
                   for s in schedule(0, len(data.y_train), BATCH, steps)]

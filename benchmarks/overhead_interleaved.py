@@ -45,7 +45,7 @@ def harness_step(framework: str, spec, weights, steps: int, threads: int, shared
     (threads, devices, weights, optimizer, step): the strategy's train_step, then synchronize."""
     save_weights(shared / "weights.npz", weights)
     job = Job(backend=SINGLE[framework], launcher="python", world_size=1, threads=threads,
-              model=spec_dict(spec), dataset="synthetic", num_classes=10,
+              model=spec_dict(spec), dataset="synthetic", task_fields={"classes": 10},
               task_name="image-classification", global_batch=128, total_steps=steps,
               optimizer=vars(OptimizerSpec()).copy(), seed=0, workdir=str(shared),
               shared=str(shared))

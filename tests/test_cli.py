@@ -18,7 +18,8 @@ from parbench.base.errors import UsageError
 from parbench.cli.compare import sweep_configs
 from parbench.cli.main import build_parser, report_format
 from parbench.cli.run_command import config_from_args
-from parbench.launch.config import RunConfig, read_config_file, resolve
+from parbench.launch.config import RunConfig, resolve
+from parbench.launch.options import read_config_file
 from parbench.run.registry import BACKENDS, FRAMEWORKS
 
 
@@ -220,6 +221,15 @@ def test_compare_refuses_a_backend_outside_its_framework(tmp_path):
     assert_refused(result, out, "--framework paddle, but torch-ddp is not of it")
 
 
+def test_compare_refuses_save_weights_it_would_not_write(tmp_path):
+    """compare shares run's options but keeps no weights: before, --save-weights was taken
+    and silently ignored."""
+    out = tmp_path / "out"
+    result = parbench("compare", "torch-single", "--save-weights", str(tmp_path / "w.npz"),
+                      "--out", str(out))
+    assert_refused(result, out, "--save-weights is for 'parbench run'")
+
+
 def test_compare_refuses_an_option_one_configuration_cannot_take(tmp_path):
     """The batch cannot be split over 2 devices: that is the input's fault, not the machine's,
     so nothing runs (before, the 2-device runs were skipped and the sweep exited 0)."""
@@ -227,5 +237,5 @@ def test_compare_refuses_an_option_one_configuration_cannot_take(tmp_path):
     with pytest.raises(UsageError, match=r"^torch-ddp x2: --global-batch 33 is not divisible"):
         sweep_configs(base, [BACKENDS["torch-ddp"]], [1, 2])
     runnable, skipped = sweep_configs(RunConfig(), [BACKENDS["torch-ddp"]], [1, 10_000])
-    assert [cfg.devices for cfg in runnable] == [1]  # the machine's limit: skipped, not refused
+    assert [cfg.devices for cfg, _ in runnable] == [1]  # the machine's limit: skipped, not refused
     assert "--devices 10000 but this machine has" in skipped[0].reason

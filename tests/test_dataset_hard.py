@@ -35,7 +35,7 @@ def test_synthetic_hard_is_deterministic_shaped_balanced_and_standardised():
     assert data.fingerprint() != SYNTHETIC_FINGERPRINT
     assert data.x_train.shape == (4096, 3, 32, 32) and data.x_test.shape == (1024, 3, 32, 32)
     assert data.x_train.dtype == np.float32 and data.y_train.dtype == np.int64
-    assert data.num_classes == 10 and set(np.unique(data.y_test)) == set(range(10))
+    assert data.holds["classes"] == 10 and set(np.unique(data.y_test)) == set(range(10))
     # 4096 labels drawn uniformly: each class near 410; 350 is over 3 standard deviations off
     assert np.bincount(data.y_train, minlength=10).min() > 350
     assert abs(data.x_train.mean()) < 0.01 and abs(data.x_train.std() - 1) < 0.01
@@ -51,10 +51,10 @@ def nearest_class_mean(data: Dataset) -> tuple[float, np.ndarray]:
     """Test accuracy and per-class recall of a nearest-class-mean classifier on ``spectrum``: a
     fixed, untrained-by-gradient yardstick of how far apart the classes lie."""
     train, test = spectrum(data.x_train), spectrum(data.x_test)
-    means = np.stack([train[data.y_train == c].mean(axis=0) for c in range(data.num_classes)])
+    means = np.stack([train[data.y_train == c].mean(axis=0) for c in range(data.holds["classes"])])
     predicted = ((test[:, None] - means[None]) ** 2).sum(axis=-1).argmin(axis=1)
     recall = np.array([np.mean(predicted[data.y_test == c] == c)
-                       for c in range(data.num_classes)])
+                       for c in range(data.holds["classes"])])
     return float(np.mean(predicted == data.y_test)), recall
 
 

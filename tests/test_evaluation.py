@@ -51,7 +51,7 @@ def macro_by_definition(labels: list[int], predicted: list[int],
 
 def torch_predictions(model: str, weights: Path, folder: Path) -> np.ndarray:
     """The predicted class of every test row, by torch's forward from ``weights``."""
-    spec = build_spec(model, DATASET.input_shape, DATASET.num_classes)
+    spec = build_spec(model, DATASET.input_shape, DATASET.holds["classes"])
     np.savez(folder / "inputs.npz", x=np.asarray(DATASET.x_test))
     request = {"model": spec_dict(spec), "mode": "eval", "weights": str(weights),
                "inputs": str(folder / "inputs.npz"), "output": str(folder / "output.npz")}

@@ -65,7 +65,7 @@ def test_a_gpt_spec_survives_the_job_file_and_checks_its_heads():
 
 
 def test_the_task_counts_tokens_and_scores_from_the_summed_counts():
-    task = LanguageModeling.of(5, (3,), loss_floor=1.25)
+    task = LanguageModeling(5, context=3, loss_floor=1.25)
     assert task.context == 3 and task.items(10) == 30
     labels = np.array([[0, 1, 2], [3, 4, 0]])
     predicted = np.array([[0, 1, 1], [3, 0, 0]])
@@ -78,7 +78,7 @@ def test_the_task_counts_tokens_and_scores_from_the_summed_counts():
     assert scores["count"] == 3 and scores["tokens"] == 9
     assert scores["perplexity"] == pytest.approx(math.exp(12.0 / 9))
     assert task.extra_metrics(scores) == {"loss_floor": 1.25, "floor_gap": 12.0 / 9 - 1.25}
-    assert LanguageModeling.of(5, (3,)).extra_metrics(scores) == {"loss_floor": None,
+    assert LanguageModeling(5, context=3).extra_metrics(scores) == {"loss_floor": None,
                                                                   "floor_gap": None}
     assert task.count_size == 4
 
@@ -94,8 +94,8 @@ def test_markov_rows_are_windows_whose_labels_are_the_next_tokens():
     assert data.x_train.shape == (4096, 16) and data.x_test.shape == (512, 16)
     assert data.x_train.dtype == np.int64 == data.y_train.dtype
     assert np.array_equal(data.y_train[:, :-1], data.x_train[:, 1:])
-    assert data.num_classes == 32 and data.input_shape == (16,)
-    assert data.loss_floor == pytest.approx(MarkovLanguage.from_seed(32, 0).loss_floor(16))
+    assert data.holds["vocabulary"] == 32 and data.input_shape == (16,)
+    assert data.holds["loss_floor"] == pytest.approx(MarkovLanguage.from_seed(32, 0).loss_floor(16))
     again = load_language("markov", None, context=16, vocab=32)
     assert data.fingerprint() == again.fingerprint()
 
@@ -104,7 +104,7 @@ def test_a_text_file_becomes_byte_windows(tmp_path):
     text = tmp_path / "book.txt"
     text.write_text("ab" * 500, encoding="utf-8")
     data = load_language("text", text, context=9, vocab=None)
-    assert data.num_classes == 256 and data.loss_floor is None
+    assert data.holds["vocabulary"] == 256 and data.holds["loss_floor"] is None
     assert len(data.x_train) + len(data.x_test) == 100  # 1000 bytes, windows of 10
     assert data.x_train[0].tolist() == [97, 98] * 4 + [97]
     assert data.y_train[0].tolist() == [98, 97] * 4 + [98]

@@ -152,7 +152,7 @@ def read_one_epoch(out: str) -> None:
 
     rows = 256
     data = Dataset("toy", np.zeros((rows, 1, 2, 2), np.float32), np.zeros(rows, np.int64),
-                   None, None, 10)
+                   None, None, {"classes": 10})
     job = SimpleNamespace(seed=0, global_batch=32, modes=SimpleNamespace(loader_workers=0))
     feed = single_feed(job, data)
     seen = [batch.indices for batch in feed.batches(feed.steps_per_epoch)]

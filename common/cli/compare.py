@@ -16,7 +16,7 @@ from pathlib import Path
 from parbench.base.devices import cpu_count
 from parbench.base.errors import Unavailable, UsageError
 from parbench.base.files import private_tempdir
-from parbench.launch.config import RunConfig, resolve
+from parbench.launch.config import Plan, RunConfig, resolve, sized
 from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
 from parbench.results.records import BUSY_LOAD_PER_CORE, machine_busy, record_name, save_record
 from parbench.run.registry import BACKENDS, Backend
@@ -61,10 +61,10 @@ def parse_device_counts(text: str) -> list[int]:
 
 
 def sweep_configs(base: RunConfig, backends: list[Backend],
-                  counts: list[int]) -> tuple[list[RunConfig], list[Skipped]]:
-    """Configurations to run, and those this machine or backend cannot run (with why); an
-    option that is wrong for one of them (a batch the device count does not divide) is a
-    UsageError, and nothing runs."""
+                  counts: list[int]) -> tuple[list[tuple[RunConfig, Plan]], list[Skipped]]:
+    """Configurations to run, each with its plan, and those this machine or backend cannot run
+    (with why); an option that is wrong for one of them (a batch the device count does not
+    divide) is a UsageError, and nothing runs."""
     runnable, skipped = [], []
     for backend in backends:
         for devices in counts:
@@ -72,13 +72,13 @@ def sweep_configs(base: RunConfig, backends: list[Backend],
             if devices > 1 and not backend.parallel:
                 continue  # a single-device backend has nothing to show at N devices
             try:
-                resolve(cfg)
+                plan = resolve(cfg)
             except Unavailable as err:  # the machine's or the backend's limit: skip, go on
                 skipped.append(Skipped(backend.name, devices, str(err)))
                 continue
             except UsageError as err:  # the input's own fault: nothing runs
                 raise UsageError(f"{backend.name} x{devices}: {err}") from None
-            runnable.append(cfg)
+            runnable.append((cfg, plan))
     return runnable, skipped
 
 
@@ -141,28 +141,26 @@ def schedule(repeats: list[int], warmup_runs: int, all_kept: set[int]) -> list[S
                    for c, count in enumerate(repeats) if r < count]
 
 
-def _prepare_all(configs: list[RunConfig], stack: ExitStack) -> list[Prepared]:
+def _prepare_all(configs: list[tuple[RunConfig, Plan]], stack: ExitStack) -> list[Prepared]:
     """Every configuration's inputs, on disk until ``stack`` closes: round-robin needs them
     all at once. Configurations that differ only in what a sweep varies (backend, device
     count) train on the same data and weights, so they share one folder and one dataset in
     memory: a sweep holds one copy of cifar10 (0.7 GB as float32), not one per configuration."""
     firsts: dict[tuple, Prepared] = {}
     prepared = []
-    for cfg in configs:
-        # all that prepare() writes
-        key = (cfg.dataset, cfg.data_dir, cfg.context, cfg.vocab, cfg.train_subset, cfg.model,
-               tuple(cfg.model_sizes().items()), cfg.seed)
+    for cfg, plan in configs:
+        key = cfg.inputs_key()  # all that prepare() writes
         if key not in firsts:
             firsts[key] = prepare(cfg, Path(stack.enter_context(
-                private_tempdir("parbench-inputs-"))))
+                private_tempdir("parbench-inputs-"))), plan)
         first = firsts[key]
-        plan = resolve(cfg, len(first.dataset.y_train))
+        plan = sized(plan, cfg, len(first.dataset.y_train))
         prepared.append(replace(first, cfg=cfg, plan=plan, spec_sha256=spec_hash(
             first.spec, first.dataset, plan, cfg)))
     return prepared
 
 
-def run_sweep(configs: list[RunConfig], out: Path, resume: bool,
+def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
               warmup_runs: int) -> SweepResult:
     """Run every configuration's warm-ups, then its repeats, in round-robin order (see
     ``schedule``), writing each record as soon as it exists. Warm-up runs are not written."""

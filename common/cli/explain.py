@@ -21,7 +21,7 @@ from parbench.base.files import private_tempdir
 from parbench.contract.tasks import task_of_model
 from parbench.launch.config import RunConfig, resolve
 from parbench.launch.harness import prepare, run_once
-from parbench.results.accuracy_change import CHANGE_METRICS, MIN_SEEDS
+from parbench.results.accuracy_change import MIN_SEEDS
 from parbench.results.causes import Cause, checked_causes
 from parbench.results.records import probe_folder, save_record
 from parbench.run.modes import MODES, Modes
@@ -66,7 +66,7 @@ def add_explain_parser(sub: argparse._SubParsersAction) -> None:
     explain.add_argument("--seeds", default=str(MIN_SEEDS), metavar="K",
                          help=f"seeds per variant, from --seed on ({MIN_SEEDS}, at least "
                          f"{MIN_SEEDS}: the seed spread needs them)")
-    add_run_options(explain)
+    add_run_options(explain, "explain")
     explain.set_defaults(func=cmd_explain)
 
 
@@ -178,7 +178,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if variants[-1].why_not is None:
             unsaved += run_variant(variants[-1], plan.seeds, plan.out, start)
     task = task_of_model(plan.given.model)
-    metric = CHANGE_METRICS[task.name][0]
+    metric = task.judged[0]  # the task's first judged quality figure
     print(explain_table(variants, metric, task.quality_columns[metric]))
     for line in explain_lines(variants, checked, metric, task.quality_columns[metric]):
         print(line)

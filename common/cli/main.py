@@ -12,12 +12,14 @@ from tabulate import tabulate
 from parbench.base.errors import UsageError
 from parbench.base.files import private_tempdir, remove_stale_tempdirs
 from parbench.launch.lifetime import Terminated, become_subreaper, handle_termination
+from parbench.launch.options import OPTIONS
 from parbench.results.html_report import write_report
 from parbench.results.records import check_folder, probe_folder
 from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 
 from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs, warn_if_busy
 from .explain import add_explain_parser
+from .parity import FAMILIES
 from .peak import add_peak_parser
 from .run_command import add_node_options, add_run_options, cmd_run, config_from_args
 from .slurm import add_slurm_parser
@@ -33,6 +35,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          "per node (docs/multinode.md)")
     if cfg.profile:  # compare's records feed the performance tables, which profiles never do
         raise UsageError("--profile is for 'parbench run': profiled runs are never compared")
+    if args.save_weights:
+        raise UsageError("--save-weights is for 'parbench run': compare keeps no weights")
     backends = choose_backends(args.backends, args.framework)
     configs, skipped = sweep_configs(cfg, backends, parse_device_counts(args.device_counts))
     for skip in skipped:
@@ -163,9 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
         func=cmd_list)
     run = sub.add_parser("run", help="train one backend and write records")
     run.add_argument("backend", help="see 'parbench list'")
-    run.add_argument("--devices", type=int,
-                     help="devices (processes or replicas); default 2 if parallel")
-    add_run_options(run)
+    OPTIONS["devices"].add_to(run)
+    add_run_options(run, "run")
     add_node_options(run)
     run.set_defaults(func=cmd_run)
     compare = sub.add_parser("compare", help="run many backends x device counts, then report")
@@ -182,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--warmup-runs", type=int, default=0, metavar="K",
                          help="K discarded runs of each configuration first, to warm file-system "
                          "and compile caches (0)")
-    add_run_options(compare)
+    add_run_options(compare, "compare")
     compare.set_defaults(func=cmd_compare)
     parity = sub.add_parser("parity", help=f"cross-framework checks against {REFERENCE}")
     parity.add_argument("--framework", action="append",
@@ -190,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check only this framework (repeatable); default: all installed")
     parity.add_argument("--strategies", nargs="*", default=[], metavar="BACKEND",
                         help="also check these parallel backends on 2 devices vs single")
-    parity.add_argument("--model", choices=("resnet", "vit", "gpt"), default="resnet",
+    parity.add_argument("--model", choices=tuple(FAMILIES), default="resnet",
                         help="the model family: resnet (default: the CNN models, SGD), vit "
                         "(the transformer, AdamW with gradient clipping) or gpt (the causal "
                         "language model on the synthetic language, AdamW, clipping, "

@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -16,78 +15,26 @@ from tabulate import tabulate
 
 from parbench.base.errors import UsageError
 from parbench.base.files import private_tempdir, write_atomic
-from parbench.contract.optim import OPTIMIZERS
+from parbench.base.options import add_flags
 from parbench.launch.checkin import NodeFailure
-from parbench.launch.config import ISOLATION_CHOICES, RunConfig, read_config_file
 from parbench.launch.harness import Prepared, execute, prepare, run_once
+from parbench.launch.options import NODES, OPTIONS, RunConfig, read_config_file
 from parbench.launch.slurm import DEFAULT_MASTER_PORT, slurm_node
 from parbench.results.records import probe_file, probe_folder, save_record
 from parbench.results.report import render
 from parbench.run.modes import MODES
-from parbench.run.registry import BACKENDS, spanning_backends
+from parbench.run.registry import spanning_backends
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """Options that map 1:1 onto RunConfig fields; None means 'not given here'."""
-    add = parser.add_argument
-    add("--config", help="TOML or JSON file with RunConfig keys; options given here win")
-    add("--launcher", help="; ".join(f"{b.name}: {' (default) or '.join(b.launchers)}"
-                                     for b in BACKENDS.values() if len(b.launchers) > 1))
-    add("--dataset", help="images: synthetic (default), synthetic-hard (where accuracy, "
-        "precision and recall can change: about 0.85 at the default budget), digits, cifar10, "
-        "mnist; tokens (--model "
-        "gpt): markov (its default, a synthetic language with a known loss floor), text")
-    add("--data-dir", help="folder with the dataset's official files (cifar10, mnist); "
-        "--dataset text: the UTF-8 text file")
-    add("--model", help="resnet (default), resnet-nonorm, mlp, vit; gpt, a causal language model "
-        "(see parbench.contract.spec)")
-    add("--context", type=int, help="token datasets: tokens each row reads (64)")
-    add("--vocab", type=int, help="--dataset markov: the synthetic language's tokens (64)")
-    add("--width", type=int, help="--model gpt: the model width (64; its MLP 4x)")
-    add("--depth", type=int, help="--model gpt: transformer blocks (2)")
-    add("--heads", type=int, help="--model gpt: attention heads, dividing the width (4)")
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--epochs", type=int, help="training epochs (default 2)")
-    budget.add_argument("--steps", type=int, help="training steps instead of epochs")
-    batch = parser.add_mutually_exclusive_group()
-    batch.add_argument("--global-batch", type=int, help="samples per step, all devices (128)")
-    batch.add_argument("--per-device-batch", type=int, help="samples per step per device")
-    add("--optimizer", choices=OPTIMIZERS,
-        help="sgd (momentum, L2 decay on every tensor; the image models' default) or adamw "
-        "(decoupled decay on matrices and embeddings only; gpt's default); the rules are in "
-        "parbench.contract.optim")
-    add("--lr", type=float, help="base learning rate (sgd 0.1, adamw 0.001)")
-    add("--lr-scaling", help="none (default) or linear: lr x global_batch / 128")
-    add("--momentum", type=float, help="sgd (0.9)")
-    add("--weight-decay", type=float, help="sgd 5e-4, adamw 0.05")
-    add("--beta1", type=float, help="adamw (0.9)")
-    add("--beta2", type=float, help="adamw (0.999)")
-    add("--eps", type=float, help="adamw (1e-8), added to the bias-corrected root")
-    add("--clip-grad-norm", type=float, metavar="C",
-        help="scale the global-batch gradient to norm C when its norm exceeds C (after the "
-        "devices' gradients are combined); the record counts the steps that clipped")
-    add("--schedule", help="cosine (default) or constant")
-    add("--warmup-steps", type=int)
-    add("--seed", type=int)
-    add("--repeats", type=int, help="independent runs of the configuration (1)")
-    add("--threads", type=int, help="compute threads per worker (cores / processes)")
-    add("--timeout", type=float, help="seconds before a run is killed and recorded (900)")
-    add("--target-accuracy", type=float, help="report the training time to reach it")
-    add("--out", help="folder for the records (results/runs)")
-    add("--verbose", action="store_true", default=None, help="let framework logs through")
-    add("--isolate-network", choices=ISOLATION_CHOICES,
-        help="run the processes in a private network namespace with only loopback up, so no "
-        "rendezvous port is reachable from outside: auto (default: when the OS allows it), "
-        "on (refuse to run otherwise), off")
-    add("--save-weights", metavar="FILE.npz",
-        help="also write the final weights (canonical layout) of the last repeat here")
-    add("--profile", action="store_true", default=None,
-        help="split up to 10 steady steps into forward/backward/optimizer/communication per "
-        "rank and list the framework profiler's top operations, in <record>.profile.json; the "
-        "record is marked and kept out of the performance tables")
-    add("--train-subset", type=int, metavar="N",
-        help="train on the first N training samples (an uneven size shows how each loader "
-        "handles a tail)")
+def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """The run options of ``command`` (the option table's flags, None when not given), the
+    config file that can hold them, and the modes."""
+    parser.add_argument("--config",
+                        help="TOML or JSON file with RunConfig keys; options given here win")
+    add_flags(parser, OPTIONS.values(), command)
+    parser.add_argument("--save-weights", metavar="FILE.npz",
+                        help="also write the final weights (canonical layout) of the last "
+                        "repeat here")
     modes = parser.add_argument_group("run modes", "how a backend computes and what makes N "
                                       "devices train like one (parbench.run.modes)")
     for mode in MODES.values():
@@ -96,8 +43,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     values = read_config_file(args.config) if args.config else {}
-    keys = [f.name for f in fields(RunConfig) if f.name != "modes"] + list(MODES)
-    given = {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
+    given = {key: getattr(args, key) for key in (*OPTIONS, *MODES)
+             if getattr(args, key, None) is not None}
     return RunConfig.of(**{**values, **given})
 
 
@@ -106,15 +53,8 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
     nodes = parser.add_argument_group(
         "multi-node", "one 'parbench run' per node, same options, its own --node-rank; "
         f"--devices is per node; backends: {spanning_backends()}")
+    add_flags(nodes, OPTIONS.values(), "run", NODES)
     add = nodes.add_argument
-    add("--nnodes", type=int, help="machines in the run (1)")
-    add("--node-rank", type=int, help="this machine's index, 0 to nnodes-1; node 0 writes "
-        "the record")
-    add("--master", metavar="HOST:PORT", help="node 0's address: PORT is the framework's "
-        "rendezvous, PORT+1 parbench's check-in")
-    add("--ifname", help="network interface of the collectives (GLOO_/NCCL_SOCKET_IFNAME; "
-        "default lo when the master is a loopback address)")
-    add("--join-timeout", type=float, help="seconds the nodes wait for each other (300)")
     add("--from-slurm", action="store_true", help="take --nnodes, --node-rank and the master "
         "host from srun's environment (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST)")
     add("--master-port", type=int, help=f"--from-slurm: the master's PORT "

@@ -7,6 +7,7 @@ import argparse
 from typing import NoReturn
 
 from parbench.base.errors import UsageError
+from parbench.launch.options import OPTIONS
 from parbench.launch.slurm import DEFAULT_MASTER_PORT, sbatch_script
 from parbench.run.registry import BACKENDS
 
@@ -72,8 +73,8 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     script = sbatch_script(args.backend, run_args, opts.nodes, opts.gpus_per_node,
                            opts.master_port, opts.time, opts.partition, opts.job_name)
     check = _Parser(add_help=False, allow_abbrev=False)
-    add_run_options(check)
-    check.add_argument("--devices", type=int)  # an option of 'run' itself, not of the table
+    add_run_options(check, "run")
+    OPTIONS["devices"].add_to(check)  # a flag of 'run' alone
     check.parse_args(run_args)
     print(script, end="")
     return 0

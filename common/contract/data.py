@@ -13,7 +13,7 @@ import hashlib
 import pickle
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +33,11 @@ class Dataset:
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
-    num_classes: int  # an image dataset's classes; a token dataset's vocabulary
-    # the lowest expected validation loss any model can reach, in nats, where it is known
-    # (the synthetic language's); not saved: the harness reads it, workers never need it
-    loss_floor: float | None = None
+    # what the data holds, in its task's own terms (an image dataset's "classes"; a token
+    # dataset's "vocabulary" and, where known, its "loss_floor": the lowest expected validation
+    # loss any model can reach, nats per token). The task reads it (Task.from_data); not
+    # saved: workers get the task itself through the job file.
+    holds: dict[str, int | float | None] = field(default_factory=dict)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -54,11 +55,11 @@ class Dataset:
             np.save(Path(folder) / f"{key}.npy", getattr(self, key))
 
     @classmethod
-    def load(cls, folder: Path, name: str, num_classes: int) -> Dataset:
-        """Reload what ``save`` wrote, memory-mapped so N workers share one copy."""
+    def load(cls, folder: Path, name: str) -> Dataset:
+        """Reload the arrays ``save`` wrote, memory-mapped so N workers share one copy."""
         arrays = {key: np.load(Path(folder) / f"{key}.npy", mmap_mode="r")
                   for key in ("x_train", "y_train", "x_test", "y_test")}
-        return cls(name=name, num_classes=num_classes, **arrays)
+        return cls(name=name, **arrays)
 
 
 def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -71,7 +72,7 @@ def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, n
 def _finish(name, x_train, y_train, x_test, y_test, num_classes) -> Dataset:
     x_train, x_test = _standardise(x_train.astype(np.float32), x_test.astype(np.float32))
     return Dataset(name, x_train, y_train.astype(np.int64), x_test, y_test.astype(np.int64),
-                   num_classes)
+                   {"classes": num_classes})
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def language_dataset(windows_train: np.ndarray, windows_validation: np.ndarray, 
     """Windows as the shared Dataset: a row's input is its first ``context`` tokens, its
     labels the ``context`` that follow each of them (int64 both)."""
     return Dataset(name, windows_train[:, :-1], windows_train[:, 1:], windows_validation[:, :-1],
-                   windows_validation[:, 1:], vocab, loss_floor)
+                   windows_validation[:, 1:], {"vocabulary": vocab, "loss_floor": loss_floor})
 
 
 def load_language(name: str, data_path: Path | None, context: int | None,

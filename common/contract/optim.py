@@ -37,8 +37,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from parbench.base.options import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Option
+
 SCHEDULES = ("cosine", "constant")
 OPTIMIZERS = ("sgd", "adamw")
+LR_RULES = ("none", "linear")
 CLIP_EPS = 1e-6  # torch's clip_grad_norm_ adds it to the norm
 REFERENCE_BATCH = 128  # the linear scaling rule scales lr by global_batch / REFERENCE_BATCH
 
@@ -108,6 +111,33 @@ def lr_at(step: int, total_steps: int, spec: OptimizerSpec) -> float:
         return spec.lr
     progress = (step - spec.warmup_steps) / max(1, total_steps - spec.warmup_steps)
     return spec.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# The optimizer's options (parbench.base.options). Not given, an optimizer's setting takes its
+# default (parbench.launch.config.OPTIMIZER_DEFAULTS); one of the other optimizer is an error.
+OPTIMIZER_OPTIONS = (
+    Option("optimizer", str, help="sgd (momentum, L2 decay on every tensor; the image models' "
+           "default) or adamw (decoupled decay on matrices and embeddings only; gpt's "
+           "default); the rules are in parbench.contract.optim", owner="optimizer",
+           choices=OPTIMIZERS),
+    Option("lr", float, help="base learning rate (sgd 0.1, adamw 0.001)", owner="optimizer",
+           bounds=POSITIVE),
+    Option("lr_scaling", str, "none", "none (default) or linear: lr x global_batch / 128",
+           owner="optimizer", choices=LR_RULES),
+    Option("momentum", float, help="sgd (0.9)", owner="optimizer", bounds=UNIT_INTERVAL),
+    Option("weight_decay", float, help="sgd 5e-4, adamw 0.05", owner="optimizer",
+           bounds=NON_NEGATIVE),
+    Option("beta1", float, help="adamw (0.9)", owner="optimizer", bounds=UNIT_INTERVAL),
+    Option("beta2", float, help="adamw (0.999)", owner="optimizer", bounds=UNIT_INTERVAL),
+    Option("eps", float, help="adamw (1e-8), added to the bias-corrected root",
+           owner="optimizer", bounds=POSITIVE),
+    Option("clip_grad_norm", float, help="scale the global-batch gradient to norm C when its "
+           "norm exceeds C (after the devices' gradients are combined); the record counts the "
+           "steps that clipped", owner="optimizer", bounds=POSITIVE, metavar="C"),
+    Option("schedule", str, "cosine", "cosine (default) or constant", owner="optimizer",
+           choices=SCHEDULES),
+    Option("warmup_steps", int, 0, owner="optimizer", bounds=NON_NEGATIVE),
+)
 
 
 def scaled_lr(base_lr: float, global_batch: int, rule: str) -> float:

@@ -50,6 +50,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 
+from parbench.base.options import Bounds, Option
+
 
 @dataclass(frozen=True)
 class BatchNormSpec:
@@ -146,6 +148,20 @@ def uses_batchnorm(model: str) -> bool:
 
 # Sizes a named model takes from the command line (--width, --depth, --heads): the GPT's
 SIZED_MODELS = ("gpt",)
+MODEL_SIZE = Bounds(1, 4096)
+# The model's options (parbench.base.options); those owned by "model" are its sizes, which
+# replace the spec's (build_spec refuses them for a model that has none).
+MODEL_OPTIONS = (
+    Option("model", str, "resnet", "resnet (default), resnet-nonorm, mlp, vit; gpt, a causal "
+           "language model (see parbench.contract.spec)", choices=lambda: tuple(MODELS),
+           inputs=True),
+    Option("width", int, help="--model gpt: the model width (64; its MLP 4x)", owner="model",
+           bounds=MODEL_SIZE, inputs=True),
+    Option("depth", int, help="--model gpt: transformer blocks (2)", owner="model",
+           bounds=MODEL_SIZE, inputs=True),
+    Option("heads", int, help="--model gpt: attention heads, dividing the width (4)",
+           owner="model", bounds=MODEL_SIZE, inputs=True),
+)
 
 
 def build_spec(model: str, input_shape: tuple[int, ...], num_classes: int,
@@ -153,7 +169,7 @@ def build_spec(model: str, input_shape: tuple[int, ...], num_classes: int,
     """The spec of a named model for a dataset's input shape and class count; ``sizes``
     (SIZED_MODELS only) replace its width, depth or heads, the MLP staying 4 x the width."""
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODEL_NAMES)}")
+        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     spec = MODELS[model](input_shape, num_classes)
     if sizes:
         if model not in SIZED_MODELS:

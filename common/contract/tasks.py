@@ -10,41 +10,74 @@ exactly what one would), what a step's throughput counts, and which metrics the 
 Two tasks: image classification, and causal language modelling (windows of tokens, each
 position predicting the next token; throughput counts tokens, evaluation scores loss per
 token, perplexity and next-token accuracy).
+
+A task also owns its datasets' options (``options``: flags, config keys and bounds derive from
+them, parbench.base.options), how its datasets are read (``load``) and what a dataset tells it
+(``from_data``), and its quality figures (``quality``: the record's keys, units, which way is
+better, which the change N devices make is judged on), which the report, the headline, the CSV,
+the schema's rules for its records and ``parbench explain`` all read from here. A new task is a
+subclass registered in TASKS, plus its loss and evaluation in each framework's ``tasks.py``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
-from .data import DATASET_NAMES
-from .language import LANGUAGE_DATASETS
+from parbench.base.options import Bounds, Option
+
+from .data import DATASET_NAMES, NEEDS_DATA_DIR, Dataset, load_dataset
+from .language import LANGUAGE_DATASETS, load_language
 from .spec import MODEL_NAMES, ModelSpec, build_spec
 
 LANGUAGE_MODELS = ("gpt",)
+# Records before schema 7 name no task: they are image classification, the only task then.
+TASK_BEFORE_SCHEMA_7 = "image-classification"
+
+
+@dataclass(frozen=True)
+class Quality:
+    """One quality figure a task's records carry: what the report, the headline, the CSV and
+    "did N devices change the result" show of it."""
+
+    column: str  # the report's column
+    key: str  # the record's ``metrics`` key that holds the final figure
+    unit: str  # what it counts in ("" for a plain number)
+    better: str | None  # "higher" or "lower"; None for a reference that is no result (a floor)
+    judged: bool = False  # whether "did N devices change the result" judges its change
 
 
 @dataclass(frozen=True)
 class Task(ABC):
     """One kind of learning problem, for a dataset of ``classes`` output classes (the label
-    values, or a language model's vocabulary)."""
+    values, or a language model's vocabulary): the width of its models' output."""
 
     classes: int
     name: ClassVar[str]  # the record's task
     datasets: ClassVar[tuple[str, ...]]  # --dataset choices that are this task's
+    data_kind: ClassVar[str]  # what its datasets are, for messages ("image datasets")
+    # --data-dir for the datasets that need one: "folder" or "file"
+    data_paths: ClassVar[dict[str, str]] = {}
     models: ClassVar[tuple[str, ...]]  # --model choices that are this task's
+    options: ClassVar[tuple[Option, ...]] = ()  # run options of its own (its datasets')
     inputs: ClassVar[str]  # what a model reads, and its dtype
     labels: ClassVar[str]  # what a row's label is, and its dtype
     loss: ClassVar[str]  # the training loss, as every framework must compute it
     unit: ClassVar[str]  # what throughput counts ("samples"/s)
     per_device_throughput: ClassVar[bool]  # the report adds the unit per second per device
-    # the report's quality columns: column -> the key of the record's metrics; and how the
-    # task's own columns are made, for the report's notes
-    quality_columns: ClassVar[dict[str, str]]
+    # its quality figures, the first the headline's; and how its own are made, for the notes
+    quality: ClassVar[tuple[Quality, ...]]
     quality_note: ClassVar[str]
+    # the evaluation's figure --target-accuracy applies to (higher is better): the record's
+    # time_to_target_s is the training time of the first evaluation that reached it
+    target: ClassVar[str] = "accuracy"
+    # the metrics its records carry from schema ``record_since`` on, beyond every task's
+    record_fields: ClassVar[tuple[str, ...]]
+    record_since: ClassVar[int]
     # a small input shape its models accept, for parity's forward checks (fast, same graph)
     probe_input: ClassVar[tuple[int, ...]]
     # the final evaluation's figures the record keeps besides accuracy and loss, and those
@@ -57,13 +90,30 @@ class Task(ABC):
     # its x axis counts the throughput unit seen (tokens) instead of steps
     curve_metric: ClassVar[tuple[str, str]]
     curve_by_items: ClassVar[bool]
+    quality_columns: ClassVar[dict[str, str]]  # column -> metrics key, from ``quality``
+    judged: ClassVar[tuple[str, ...]]  # the columns whose change is judged, from ``quality``
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "quality" in cls.__dict__:
+            cls.quality_columns = {q.column: q.key for q in cls.quality}
+            cls.judged = tuple(q.column for q in cls.quality if q.judged)
 
     @classmethod
-    def of(cls, classes: int, input_shape: tuple[int, ...],
-           loss_floor: float | None = None) -> Task:
-        """The task for a dataset of ``classes`` classes and rows of ``input_shape``;
-        ``loss_floor``: the data's lowest reachable loss, where known."""
-        return cls(classes)
+    @abstractmethod
+    def load(cls, dataset: str, data_dir: Path | None, options: dict) -> Dataset:
+        """One of its datasets, read or generated; ``options``: the values of its ``options``
+        (None where not given). DatasetError names a file that cannot be read."""
+
+    @classmethod
+    @abstractmethod
+    def from_data(cls, dataset: Dataset) -> Task:
+        """The task for a dataset, from what the dataset says it holds."""
+
+    @classmethod
+    def option_problem(cls, dataset: str, given: dict) -> str | None:
+        """What is wrong with its options given for ``dataset`` before any data is read."""
+        return None
 
     def extra_metrics(self, final: dict) -> dict:
         """What the record's metrics add to the final evaluation's figures: nothing here."""
@@ -113,19 +163,27 @@ class ImageClassification(Task):
 
     name: ClassVar[str] = "image-classification"
     datasets: ClassVar[tuple[str, ...]] = DATASET_NAMES
+    data_kind: ClassVar[str] = "image datasets"
+    data_paths: ClassVar[dict[str, str]] = {name: "folder" for name in NEEDS_DATA_DIR}
     models: ClassVar[tuple[str, ...]] = tuple(m for m in MODEL_NAMES if m not in LANGUAGE_MODELS)
     inputs: ClassVar[str] = "images, NCHW float32"
     labels: ClassVar[str] = "class indices, int64"
     loss: ClassVar[str] = "softmax cross-entropy of the logits against the class, mean over rows"
     unit: ClassVar[str] = "samples"
     per_device_throughput: ClassVar[bool] = False
-    quality_columns: ClassVar[dict[str, str]] = {
-        "accuracy": "final_accuracy", "Precision macro": "precision_macro",
-        "Recall macro": "recall_macro", "F1 macro": "f1_macro", "loss": "final_loss"}
+    quality: ClassVar[tuple[Quality, ...]] = (
+        Quality("accuracy", "final_accuracy", "fraction", "higher", judged=True),
+        Quality("Precision macro", "precision_macro", "fraction", "higher", judged=True),
+        Quality("Recall macro", "recall_macro", "fraction", "higher", judged=True),
+        Quality("F1 macro", "f1_macro", "fraction", "higher", judged=True),
+        Quality("loss", "final_loss", "nats per row", "lower"))
     quality_note: ClassVar[str] = (
         "Precision, Recall and F1 macro: unweighted means over classes of the final "
         "evaluation's per-class scores, from the confusion matrix summed across ranks (a class "
         "never predicted scores precision 0).")
+    record_fields: ClassVar[tuple[str, ...]] = ("precision_macro", "recall_macro", "f1_macro",
+                                                "confusion_matrix")
+    record_since: ClassVar[int] = 3
     final_fields: ClassVar[tuple[str, ...]] = ("precision_macro", "recall_macro", "f1_macro",
                                                "confusion_matrix")
     curve_fields: ClassVar[tuple[str, ...]] = ("precision_macro", "recall_macro", "f1_macro")
@@ -134,6 +192,14 @@ class ImageClassification(Task):
     default_optimizer: ClassVar[str] = "sgd"
     curve_metric: ClassVar[tuple[str, str]] = ("accuracy", "test accuracy")
     curve_by_items: ClassVar[bool] = False
+
+    @classmethod
+    def load(cls, dataset: str, data_dir: Path | None, options: dict) -> Dataset:
+        return load_dataset(dataset, data_dir)
+
+    @classmethod
+    def from_data(cls, dataset: Dataset) -> ImageClassification:
+        return cls(dataset.holds["classes"])
 
     def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         return rng.normal(0, 1, (rows, *self.probe_input)).astype(np.float32)
@@ -152,6 +218,10 @@ class ImageClassification(Task):
                 "confusion_matrix": confusion.tolist()}
 
 
+CONTEXT = Bounds(1, 4096)  # tokens a row reads
+VOCABULARY = Bounds(2, 512)  # the synthetic language's table has vocab**3 entries (1 GiB at 512)
+
+
 @dataclass(frozen=True)
 class LanguageModeling(Task):
     """Causal language modelling over a vocabulary of ``classes`` tokens, rows of ``context``
@@ -167,20 +237,33 @@ class LanguageModeling(Task):
     loss_floor: float | None = None  # nats per token, where the data's is known
     name: ClassVar[str] = "language-modeling"
     datasets: ClassVar[tuple[str, ...]] = LANGUAGE_DATASETS
+    data_kind: ClassVar[str] = "token datasets"
+    data_paths: ClassVar[dict[str, str]] = {"text": "file"}
     models: ClassVar[tuple[str, ...]] = LANGUAGE_MODELS
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("context", int, help="token datasets: tokens each row reads (64)",
+               owner="task language-modeling", bounds=CONTEXT, inputs=True),
+        Option("vocab", int, help="--dataset markov: the synthetic language's tokens (64)",
+               owner="task language-modeling", bounds=VOCABULARY, inputs=True))
     inputs: ClassVar[str] = "token ids, int64 [rows, context]"
     labels: ClassVar[str] = "the next token at every position, int64 [rows, context]"
     loss: ClassVar[str] = ("softmax cross-entropy of every position's logits against its next "
                            "token, mean over rows and positions")
     unit: ClassVar[str] = "tokens"
     per_device_throughput: ClassVar[bool] = True
-    quality_columns: ClassVar[dict[str, str]] = {
-        "val loss": "final_loss", "loss floor": "loss_floor", "gap to floor": "floor_gap",
-        "perplexity": "perplexity", "next-token acc.": "final_accuracy"}
+    quality: ClassVar[tuple[Quality, ...]] = (
+        Quality("val loss", "final_loss", "nats per token", "lower", judged=True),
+        Quality("loss floor", "loss_floor", "nats per token", None),
+        Quality("gap to floor", "floor_gap", "nats per token", "lower"),
+        Quality("perplexity", "perplexity", "", "lower"),
+        Quality("next-token acc.", "final_accuracy", "fraction", "higher"))
     quality_note: ClassVar[str] = (
         "val loss: mean cross-entropy per validation token, nats; perplexity: its exp; loss "
         "floor: the lowest expected loss any model can reach on the data (computed exactly for "
         "the synthetic Markov language, unknown for a text file); gap: val loss - floor.")
+    record_fields: ClassVar[tuple[str, ...]] = ("perplexity", "tokens", "loss_floor",
+                                                "floor_gap", "items_per_step")
+    record_since: ClassVar[int] = 7
     final_fields: ClassVar[tuple[str, ...]] = ("perplexity", "tokens")
     curve_fields: ClassVar[tuple[str, ...]] = ("perplexity",)
     probe_input: ClassVar[tuple[int, ...]] = (16,)
@@ -190,9 +273,20 @@ class LanguageModeling(Task):
     curve_by_items: ClassVar[bool] = True
 
     @classmethod
-    def of(cls, classes: int, input_shape: tuple[int, ...],
-           loss_floor: float | None = None) -> LanguageModeling:
-        return cls(classes, input_shape[0], loss_floor)
+    def load(cls, dataset: str, data_dir: Path | None, options: dict) -> Dataset:
+        return load_language(dataset, data_dir, options.get("context"), options.get("vocab"))
+
+    @classmethod
+    def from_data(cls, dataset: Dataset) -> LanguageModeling:
+        return cls(dataset.holds["vocabulary"], dataset.input_shape[0],
+                   dataset.holds.get("loss_floor"))
+
+    @classmethod
+    def option_problem(cls, dataset: str, given: dict) -> str | None:
+        if given.get("vocab") is not None and dataset == "text":
+            return ("--vocab is the synthetic language's; --dataset text has byte tokens "
+                    "(vocabulary 256)")
+        return None
 
     def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(0, self.classes, (rows, *self.probe_input), dtype=np.int64)
@@ -221,6 +315,8 @@ class LanguageModeling(Task):
         return {"loss_floor": self.loss_floor, "floor_gap": final["loss"] - self.loss_floor}
 
 
+# Every task, by its record name. A task added here (from its own module, before the command
+# line is read) reaches the options, the parser, the record schema and the report.
 TASKS: dict[str, type[Task]] = {task.name: task
                                 for task in (ImageClassification, LanguageModeling)}
 
@@ -240,6 +336,31 @@ def task_of_dataset(dataset: str) -> type[Task]:
         if dataset in task.datasets:
             return task
     raise ValueError(f"unknown dataset {dataset!r}")
+
+
+def all_datasets() -> tuple[str, ...]:
+    """Every task's datasets: the --dataset choices."""
+    return tuple(d for task in TASKS.values() for d in task.datasets)
+
+
+def task_options() -> tuple[Option, ...]:
+    """Every task's own options, in task order."""
+    return tuple(option for task in TASKS.values() for option in task.options)
+
+
+def record_rules() -> list[dict]:
+    """The record schema's rules for each task's metrics: a record of the task, from the schema
+    that first carried them, must hold its ``record_fields``. Records before schema 7 name no
+    task and are image classification's."""
+    rules = []
+    for task in TASKS.values():
+        condition = {"properties": {"task": {"const": task.name},
+                                    "schema_version": {"minimum": task.record_since}}}
+        if task.name != TASK_BEFORE_SCHEMA_7:  # a record with no task is not of this one
+            condition["required"] = ["task"]
+        metrics = {"if": {"type": "object"}, "then": {"required": list(task.record_fields)}}
+        rules.append({"if": condition, "then": {"properties": {"metrics": metrics}}})
+    return rules
 
 
 def confusion_matrix(labels: np.ndarray, predicted: np.ndarray, classes: int) -> np.ndarray:

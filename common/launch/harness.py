@@ -14,10 +14,9 @@ from parbench.base.errors import UsageError
 from parbench.base.files import private_tempdir
 from parbench.base.ports import free_port
 from parbench.contract.batches import steps_per_epoch
-from parbench.contract.data import Dataset, DatasetError, load_dataset
-from parbench.contract.language import LANGUAGE_DATASETS, load_language
+from parbench.contract.data import Dataset, DatasetError
 from parbench.contract.spec import ModelSpec, sha256_of, spec_dict
-from parbench.contract.tasks import Task, task_of_model
+from parbench.contract.tasks import Task, task_of_dataset, task_of_model
 from parbench.contract.weights import initial_weights, save_weights
 from parbench.results.metrics import divergence, warmup_steps
 from parbench.results.samples import input_metrics
@@ -27,7 +26,7 @@ from parbench.run.profiling import window
 from parbench.run.registry import LAUNCHERS
 
 from .checkin import CheckIn, NodeFailure, check_in
-from .config import Plan, RunConfig, optimizer_settings, resolve
+from .config import Plan, RunConfig, optimizer_settings, resolve, sized
 from .exits import first_failure_time
 from .load import LoadSample, load_env
 from .nodes import comparable
@@ -79,15 +78,15 @@ def run_variant(plan: Plan) -> dict:
             **({"modes": changed} if changed else {})}
 
 
-def prepare(cfg: RunConfig, shared: Path) -> Prepared:
-    """Check ``cfg`` (UsageError on bad input) and write data and weights into ``shared``."""
-    resolve(cfg)  # cheap checks first: no dataset is loaded for a bad backend name
+def prepare(cfg: RunConfig, shared: Path, plan: Plan | None = None) -> Prepared:
+    """Check ``cfg`` (UsageError on bad input) and write data and weights into ``shared``;
+    ``plan``: ``cfg``'s, when the caller has resolved it already."""
+    plan = plan or resolve(cfg)  # cheap checks first: no dataset is loaded for a bad backend
     dataset = load_data(cfg)
     if cfg.train_subset is not None:
         dataset = _train_subset(dataset, cfg.train_subset)
-    plan = resolve(cfg, len(dataset.y_train))
-    task = task_of_model(cfg.model).of(dataset.num_classes, dataset.input_shape,
-                                       dataset.loss_floor)
+    plan = sized(plan, cfg, len(dataset.y_train))
+    task = task_of_model(cfg.model).from_data(dataset)
     try:  # e.g. a vit patch that does not divide the dataset's images
         spec = task.spec_for(cfg.model, dataset.input_shape, cfg.model_sizes())
     except ValueError as err:
@@ -99,12 +98,11 @@ def prepare(cfg: RunConfig, shared: Path) -> Prepared:
 
 
 def load_data(cfg: RunConfig) -> Dataset:
-    """The run's dataset, images or token windows; a file that cannot be read is a UsageError."""
-    data_dir = Path(cfg.data_dir) if cfg.data_dir else None
+    """The run's dataset, as its task reads it; a file that cannot be read is a UsageError."""
+    task = task_of_dataset(cfg.dataset)
+    options = {option.name: getattr(cfg, option.name) for option in task.options}
     try:
-        if cfg.dataset in LANGUAGE_DATASETS:
-            return load_language(cfg.dataset, data_dir, cfg.context, cfg.vocab)
-        return load_dataset(cfg.dataset, data_dir)
+        return task.load(cfg.dataset, Path(cfg.data_dir) if cfg.data_dir else None, options)
     except DatasetError as err:
         raise UsageError(str(err)) from None
 
@@ -129,7 +127,7 @@ def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None,
     plan, cfg = prepared.plan, prepared.cfg
     return Job(backend=cfg.backend, launcher=plan.launcher, world_size=plan.world_size,
                threads=plan.threads, model=spec_dict(prepared.spec), dataset=cfg.dataset,
-               num_classes=prepared.dataset.num_classes, task_name=prepared.task.name,
+               task_name=prepared.task.name, task_fields=asdict(prepared.task),
                global_batch=plan.global_batch,
                total_steps=plan.total_steps, optimizer=asdict(plan.optimizer), seed=cfg.seed,
                workdir=str(workdir), shared=str(prepared.shared),

@@ -24,10 +24,6 @@ Cell = str | int | float | None
 
 MIN_SEEDS = 3
 SPREAD = "max-min"  # of the per-seed medians
-# the task's quality columns whose change is judged (keys of Task.quality_columns)
-CHANGE_METRICS = {"image-classification": ("accuracy", "Precision macro", "Recall macro",
-                                           "F1 macro"),
-                  "language-modeling": ("val loss",)}
 CHANGE_COLUMNS = ("backend", "devices", "launcher", "modes", "model", "dataset", "batch",
                   "budget", "runs ok", "seeds", "metric", "median", "baseline", "baseline seeds",
                   "baseline median", "change", f"baseline spread ({SPREAD})", "verdict",
@@ -192,7 +188,7 @@ def change_rows(records: list[dict]) -> list[dict[str, Cell]]:
         baseline = (f"{found.backend} x1", groups[found]) if found else None
         task = task_of_model(runs[0]["model"])
         cells = _config_cells(config, runs)
-        for metric in CHANGE_METRICS[task.name]:
+        for metric in task.judged:  # the task's quality figures whose change is judged
             rows.append({**cells, **_metric_cells(metric, task.quality_columns[metric], runs,
                                                   baseline)})
     return [{column: row[column] for column in CHANGE_COLUMNS} for row in rows]

@@ -12,7 +12,7 @@ import jsonschema
 from parbench.base.errors import UsageError
 from parbench.base.files import write_atomic
 from parbench.contract.spec import sha256_of
-from parbench.contract.tasks import TASKS
+from parbench.contract.tasks import TASKS, record_rules
 from parbench.run.modes import modes_schema
 from parbench.run.profiling import SUFFIX
 from parbench.run.registry import FRAMEWORKS
@@ -35,6 +35,7 @@ SCHEMA_VERSION = 10  # 2: variant, env.network_isolated, env.load_1m_start/_end,
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
 SCHEMA["properties"]["framework"] = {"enum": list(FRAMEWORKS)}  # the registry's, not a copy
 SCHEMA["properties"]["task"] = {"enum": list(TASKS)}
+SCHEMA["allOf"] += record_rules()  # each task's metrics, as the task declares them
 SCHEMA["properties"]["modes"], _MODE_RULES = modes_schema(SCHEMA_VERSION)  # from MODES
 SCHEMA["allOf"] += _MODE_RULES
 STATUSES = ("ok", "failed", "timeout", "diverged")

@@ -26,8 +26,8 @@ class Job:
     threads: int  # compute threads per worker process
     model: dict  # spec_dict(ModelSpec)
     dataset: str
-    num_classes: int
     task_name: str  # a name of parbench.contract.tasks.TASKS
+    task_fields: dict  # the task's own fields (its classes, a language's context, ...)
     global_batch: int
     total_steps: int  # the contract's steps; with --epochs a native loader's may differ
     optimizer: dict  # asdict(OptimizerSpec), lr already scaled
@@ -51,7 +51,7 @@ class Job:
 
     @property
     def task(self) -> Task:
-        return TASKS[self.task_name].of(self.num_classes, self.spec.input_shape)
+        return TASKS[self.task_name](**self.task_fields)
 
     @property
     def spec(self) -> ModelSpec:

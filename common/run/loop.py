@@ -213,7 +213,7 @@ def run_worker(job: Job, build: Callable[[Job], Strategy],
 
 
 def _train(job: Job, strategy: Strategy) -> RankLog:
-    data = Dataset.load(job.data_path, job.dataset, job.num_classes)
+    data = Dataset.load(job.data_path, job.dataset)
     feed = open_feed(job, strategy, data)
     total = run_length(job, feed)
     log = RankLog(rank=strategy.rank, rows=job.global_batch // strategy.num_processes)

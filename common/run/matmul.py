@@ -78,7 +78,7 @@ def threads_job(threads: int) -> Job:
     frameworks' runtime functions that fix a worker's threads take the run's job and read its
     threads (and seed, verbose), so the peak's threads are set by exactly those functions."""
     return Job(backend="peak", launcher="none", world_size=1, threads=threads, model={},
-               dataset="none", num_classes=0, task_name="none", global_batch=0,
+               dataset="none", task_name="none", task_fields={}, global_batch=0,
                total_steps=0, optimizer={}, seed=0, workdir="", shared="")
 
 

@@ -194,7 +194,7 @@ class MirroredKeras(Mirrored):
     # from one pipeline, every global batch as its N shards in replica order, opened before the
     # model: the run's length sets the learning-rate schedule
     def open_input(self, job: Job) -> None:
-        self.data = Dataset.load(job.data_path, job.dataset, job.num_classes)
+        self.data = Dataset.load(job.data_path, job.dataset)
         self.feed = open_feed(job, self, self.data)
         self.total = run_length(job, self.feed)
         self.dataset = self.feed.distributed if isinstance(self.feed, TFDataFeed) else \
