@@ -9,9 +9,11 @@ import hashlib
 import json
 import os
 import pickle
+import resource
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
@@ -24,12 +26,17 @@ from parbench.contract.spec import MODEL_NAMES
 from parbench.run.peak import CACHE_ENV
 from parbench.run.registry import BACKENDS, FRAMEWORKS
 
+COST_ENV = "PARBENCH_SUITE_COST"  # a folder: what each test cost (benchmarks/suite_cost.py)
+TRAINING_COMMANDS = ("run", "compare", "explain", "parity")
+_commands_started = [0]  # parbench training commands this process started, for the cost file
+
 
 def parbench(*args: str, env: dict | None = None, timeout: float = 600,
              cwd: str | Path | None = None,
              prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run ``parbench ARGS`` like a user; returns the finished process. ``prefix`` is a
     command that runs it, e.g. ``("taskset", "-c", "0")``."""
+    _commands_started[0] += bool(args) and args[0] in TRAINING_COMMANDS and "--help" not in args
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([*prefix, sys.executable, "-m", "parbench.cli", *args],
                           capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
@@ -167,6 +174,31 @@ def runnable(backend: str):
     GPUs it needs)."""
     reason = BACKENDS[backend].missing_reason()
     return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of every child it has reaped (a parbench command counts
+    its own workers: each process reaps its children)."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in
+               (resource.getrusage(resource.RUSAGE_SELF),
+                resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """With PARBENCH_SUITE_COST set, one JSON line per test (setup, call and teardown: a
+    module's shared runs count for the test that first asks for them) into that folder, a
+    file per pytest-xdist worker."""
+    folder = os.environ.get(COST_ENV)
+    start, cpu, commands = time.monotonic(), _cpu_seconds(), _commands_started[0]
+    yield
+    if folder:
+        line = {"file": item.location[0], "test": item.nodeid,
+                "wall_s": time.monotonic() - start, "cpu_s": _cpu_seconds() - cpu,
+                "commands": _commands_started[0] - commands}
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(Path(folder) / f"{worker}.jsonl", "a") as out:
+            out.write(json.dumps(line) + "\n")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
