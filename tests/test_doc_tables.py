@@ -17,7 +17,7 @@ from parbench.results.report import render
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RECORDS = ROOT / "results" / "reference" / "runs"
-FIX = "run: python -m parbench.cli.doc_tables README.md docs/*.md"
+FIX = "run: python -m parbench.cli.doc_tables README.md docs/*.md --folders results"
 
 
 def markers(doc: Path) -> list[str]:
