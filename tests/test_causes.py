@@ -192,7 +192,8 @@ def test_a_per_device_configuration_finds_the_1_device_run_of_its_per_device_bat
 
 def test_a_language_model_is_judged_by_its_validation_loss():
     def gpt(backend, devices, losses):
-        return [{**run, "model": "gpt", "dataset": "markov", "metrics": {"final_loss": loss}}
+        return [{**run, "model": "gpt", "dataset": "markov", "task": "language-modeling",
+                 "metrics": {"final_loss": loss}}
                 for run, loss in zip(seeds(backend, devices, (0,) * 3), losses)]
 
     (row,) = change_rows([*gpt("jax-single", 1, (2.0, 2.1, 2.2)),
