@@ -14,7 +14,7 @@ from parbench.base.files import private_tempdir, remove_stale_tempdirs
 from parbench.launch.lifetime import Terminated, become_subreaper, handle_termination
 from parbench.launch.options import OPTIONS
 from parbench.results.html_report import write_report
-from parbench.results.records import check_folder, probe_folder
+from parbench.results.records import FolderCheck, check_folder, probe_folder
 from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 
 from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs, warn_if_busy
@@ -73,9 +73,12 @@ def _has_matplotlib() -> bool:
     return True
 
 
-def _valid_records(folder: Path, strict: bool) -> list[dict]:
-    """The valid records under ``folder``; each invalid file is named on stderr and skipped,
-    or, when ``strict`` or when no record is valid, the whole folder is refused."""
+def _readable(folder: Path, strict: bool) -> FolderCheck:
+    """``folder`` checked as 'parbench check' checks it, so the two agree on what is readable:
+    each file check names (invalid, or a record of a newer schema, or of a task, model or
+    framework this version does not know) is named on stderr with its reason and skipped, and
+    the report is made from the rest; when ``strict``, or when no record is readable, the whole
+    folder is refused."""
     found = check_folder(folder)
     if found.files == 0:
         raise UsageError(f"no records (*.json) under {folder}")
@@ -83,10 +86,15 @@ def _valid_records(folder: Path, strict: bool) -> list[dict]:
         first = " ".join(found.problems[0].split())  # the error is one line
         raise UsageError(f"{len(found.invalid)} invalid file(s) of the {found.files} under "
                          f"{folder}, first: {first}; see 'parbench check {folder}'")
-    for file, problems in found.invalid.items():
-        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        print(f"skipped {file}: {' '.join(problems[0].split())}{more}", file=sys.stderr)
-    return found.records
+    for file, reason in found.reasons.items():
+        print(f"skipped {file}: {reason}", file=sys.stderr)
+    return found
+
+
+def _valid_records(folder: Path, strict: bool) -> list[dict]:
+    """The readable records under ``folder`` (see _readable): the skipped files are named on
+    stderr only, not in the report made from these."""
+    return _readable(folder, strict).records
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
@@ -123,6 +131,8 @@ def cmd_list(_args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Every problem of every file under the folder, one line each: exactly the files that
+    'parbench report' skips and lists apart (both use check_folder)."""
     if not Path(args.dir).is_dir():
         raise UsageError(f"no such folder: {args.dir}")
     found = check_folder(Path(args.dir))
@@ -153,8 +163,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"no such folder: {args.dir}")
     output = Path(args.output) if args.output else None
     fmt = report_format(args.format, output)
-    records = _valid_records(Path(args.dir), args.strict)
-    text = write_report(records, fmt, output, Path(args.plots) if args.plots else None)
+    found = _readable(Path(args.dir), args.strict)
+    # the skipped files by their path in the folder, so a report reads the same wherever it is
+    unreadable = {str(Path(file).relative_to(args.dir)): reason
+                  for file, reason in found.reasons.items()}
+    text = write_report(found.records, fmt, output, Path(args.plots) if args.plots else None,
+                        unreadable)
     if output is None:
         print(text, end="")
     return 0

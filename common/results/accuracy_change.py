@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parbench.contract.tasks import task_of_model
 from parbench.run.modes import Modes, modes_of
 from parbench.run.registry import BACKENDS, FRAMEWORKS
 
 from .causes import known_causes
+from .records import task_of_record
 from .rows import is_profiled, nodes_of
 
 Cell = str | int | float | None
@@ -186,7 +186,7 @@ def change_rows(records: list[dict]) -> list[dict[str, Cell]]:
         runs = groups[config]
         found = find_baseline(config, groups)
         baseline = (f"{found.backend} x1", groups[found]) if found else None
-        task = task_of_model(runs[0]["model"])
+        task = task_of_record(runs[0])
         cells = _config_cells(config, runs)
         for metric in task.judged:  # the task's quality figures whose change is judged
             rows.append({**cells, **_metric_cells(metric, task.quality_columns[metric], runs,

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from parbench.contract.tasks import task_of_model
 from parbench.run.modes import Modes, modes_of
 from parbench.run.profiling import PHASES
 from parbench.run.registry import BACKENDS
 
+from .records import task_of_record
 from .rows import (
     FRAMEWORKS,
     Cell,
@@ -86,7 +86,7 @@ def _rows(records: list[dict]) -> list[Row]:
         keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"], nodes_of(r),
                modes_of(r))].append(r)
     return [Row(*key, runs=sorted(keyed[key], key=lambda r: r["repeat"]),
-                task=task_of_model(keyed[key][0]["model"]))
+                task=task_of_record(keyed[key][0]))
             for key in sorted(keyed, key=_order)]
 
 
@@ -109,7 +109,7 @@ def build_groups(records: list[dict]) -> list[Group]:
         diverged = _rows([r for r in by_spec[sha] if _diverged(r) and not is_profiled(r)])
         for row in diverged:
             row.cells = _diverged_cells(row)
-        group = Group(sha, "", task_of_model(by_spec[sha][0]["model"]), rows, profiles, diverged)
+        group = Group(sha, "", task_of_record(by_spec[sha][0]), rows, profiles, diverged)
         group.title = _title(sha, [r for row in group.all_rows for r in row.runs])
         groups.append(group)
     return groups

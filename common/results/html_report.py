@@ -100,14 +100,16 @@ def _make_plots(groups: list[Group]) -> list[Plot]:
 
 
 def write_report(records: list[dict], fmt: str, output: Path | None = None,
-                 plots_dir: Path | None = None) -> str:
+                 plots_dir: Path | None = None, unreadable: dict[str, str] | None = None) -> str:
     """The report (md, csv or html) as text; with ``output``/``plots_dir`` also as files (html:
     its plots as PNGs next to it). Everything is built in memory before anything is written,
-    and each file is replaced atomically, so a failure leaves no half-written report."""
+    and each file is replaced atomically, so a failure leaves no half-written report.
+    ``unreadable`` (file -> reason: the files skipped) gets a section of its own in md and html;
+    the CSV, one row per record read, leaves them out."""
     groups = build_groups(records)
     plots = _make_plots(groups) if fmt == "html" or plots_dir is not None else []
-    text = (to_html(*document(groups), plots) if fmt == "html" else
-            to_csv(groups) if fmt == "csv" else to_markdown(*document(groups)))
+    text = (to_html(*document(groups, unreadable), plots) if fmt == "html" else
+            to_csv(groups) if fmt == "csv" else to_markdown(*document(groups, unreadable)))
     files = {plots_dir / f"{p.name}.png": p.png for p in plots} if plots_dir else {}
     if output is not None:
         if fmt == "html":

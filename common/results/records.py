@@ -12,7 +12,7 @@ import jsonschema
 from parbench.base.errors import UsageError
 from parbench.base.files import write_atomic
 from parbench.contract.spec import sha256_of
-from parbench.contract.tasks import TASKS, record_rules
+from parbench.contract.tasks import TASKS, Task, record_rules
 from parbench.run.modes import modes_schema
 from parbench.run.profiling import SUFFIX
 from parbench.run.registry import FRAMEWORKS
@@ -140,8 +140,56 @@ def save_record(folder: Path, record: dict) -> tuple[Path, str | None]:
         "it was printed to stdout instead"
 
 
+TASK_SINCE = 7  # the schema version that added ``task``
+FIRST_TASK = "image-classification"  # what every record before it is of: the only task then
+
+
+def task_name_of(record: dict) -> object:
+    """The task the record names; a record before schema 7 names none and is of FIRST_TASK."""
+    return record.get("task", FIRST_TASK)
+
+
+def task_of_record(record: dict) -> type[Task]:
+    """The task of a readable record, from the record itself: the report reads what the record
+    says rather than looking its model up, so a model this version lists under no task makes
+    the record unreadable (``unreadable_reasons``), never a crash in the middle of a report."""
+    return TASKS[task_name_of(record)]
+
+
+def unreadable_reasons(record: dict) -> list[str]:
+    """Why this version cannot read ``record``, one line each (empty when it can): a schema
+    newer than SCHEMA_VERSION, a task or framework it does not know, a model that is not one of
+    its task's. Such a record comes from a newer parbench or a hand edit; the report would
+    read its figures by rules this version does not have. An unknown backend, launcher or
+    dataset is readable: the report shows such a row after the known ones."""
+    version, model = record.get("schema_version"), record.get("model")
+    # a record of schema 7 on without a task is invalid (the schema says so): no task is
+    # assumed for it, nor a reason made up from one
+    named = "task" in record or (isinstance(version, int) and version < TASK_SINCE)
+    task = task_name_of(record) if named else None
+    reasons = []
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        reasons.append(f"schema_version {version} is newer than this parbench reads (1 to "
+                       f"{SCHEMA_VERSION}): written by a newer parbench")
+    if isinstance(task, str) and task not in TASKS:
+        reasons.append(f"task {task!r} is not one this version knows ({', '.join(TASKS)})")
+    elif isinstance(task, str) and isinstance(model, str) and model not in TASKS[task].models:
+        reasons.append(f"model {model!r} is not one of the {task} models this version knows "
+                       f"({', '.join(TASKS[task].models)})")
+    framework = record.get("framework")
+    if isinstance(framework, str) and framework not in FRAMEWORKS:
+        reasons.append(f"framework {framework!r} is not one this version knows "
+                       f"({', '.join(FRAMEWORKS)})")
+    return reasons
+
+
 def check_record(record: object) -> list[str]:
-    """Every problem with one record (empty when it is valid)."""
+    """Every problem with one record (empty when it is valid). A record this version cannot
+    read (``unreadable_reasons``) has those reasons only: the rest of it follows the rules of
+    a version, task or model this one does not have, so the schema's verdicts would be noise."""
+    reasons = unreadable_reasons(record) if isinstance(record, dict) else []
+    if reasons:
+        return reasons
     validator = jsonschema.Draft202012Validator(SCHEMA)
     problems = [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
                 for e in validator.iter_errors(record)]
@@ -164,6 +212,14 @@ class FolderCheck:
     def problems(self) -> list[str]:
         """'file: problem', every problem of every invalid file."""
         return [f"{file}: {p}" for file, found in self.invalid.items() for p in found]
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        """file -> why a report skips it, on one line: its first problem and how many more
+        it has (``parbench check`` lists them all)."""
+        return {file: " ".join(found[0].split())
+                + (f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else "")
+                for file, found in self.invalid.items()}
 
 
 def check_folder(folder: Path) -> FolderCheck:

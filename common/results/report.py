@@ -57,6 +57,13 @@ DIVERGED_NOTE = (
     "together, with status diverged; they have no speed or accuracy figures and appear in no "
     "other table. at step: the 0-based step of each repeat; rank: the first rank whose loss "
     "was not finite; loss: that loss.")
+UNREADABLE = ("file", "reason")
+UNREADABLE_HEADING = "Records this version cannot read"
+UNREADABLE_NOTE = (
+    "Files under the folder that this parbench cannot read, so no other table counts them: "
+    "a record of a newer schema version, or of a task, model or framework this version does "
+    "not know (written by a newer parbench, or edited by hand), or a file that is not a valid "
+    "record. reason: the file's first problem; 'parbench check' lists every one.")
 PROFILE_NOTES = [
     "Runs made with --profile, kept out of every other table: the profiler's overhead is in "
     "their times. Per backend x devices: medians over the ok repeats of the slowest rank's "
@@ -219,13 +226,27 @@ def _sharding(groups: list[tuple[Group, list[tuple[Row, Row]]]]) -> Section:
     return Section("Sharded against replicated", None, tables, [*SHARDING_NOTES, *unsharded])
 
 
-def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
+def _unreadable(unreadable: dict[str, str]) -> Section:
+    """The files the report skipped, each with why: listed apart, as diverged runs are, so a
+    reader sees what the tables leave out without reading stderr."""
+    rows: list[dict[str, Cell]] = [{"file": file, "reason": reason}
+                                   for file, reason in unreadable.items()]
+    return Section(UNREADABLE_HEADING, None, [_table("Skipped files", UNREADABLE, rows)],
+                   [UNREADABLE_NOTE])
+
+
+def document(groups: list[Group],
+             unreadable: dict[str, str] | None = None) -> tuple[str, list[str], list[Section]]:
     """(title, intro, sections): what the Markdown and the HTML report both show, top-down:
     the headline, each spec's tables (Per node only where a run spanned nodes), the profiled
     runs' phases (kept out of every other
-    table), how the figures are made, the environment."""
+    table), the files this version cannot read (``unreadable``: file -> reason, where any),
+    how the figures are made, the environment."""
     records = sum(len(row.runs) for g in groups for row in g.all_rows)
     intro = [f"{records} record(s) of {len(groups)} spec(s)."]
+    if unreadable:
+        intro.append(f"{len(unreadable)} file(s) this version cannot read are in no table: "
+                     f"see {UNREADABLE_HEADING}.")
     if len(groups) > 1:
         intro.append(f"The records hold {len(groups)} different specs (spec_sha256): runs of "
                      "different specs are never compared, each spec has its own tables.")
@@ -262,6 +283,8 @@ def document(groups: list[Group]) -> tuple[str, list[str], list[Section]]:
         sections.append(Section("Profiles", None, [
             _table(g.title, PROFILES, [row.cells for row in g.profiles]) for g in profiled],
             PROFILE_NOTES))
+    if unreadable:
+        sections.append(_unreadable(unreadable))
     sections.append(Section("How the figures are made", None, [], methods(groups)))
     sections.append(Section("Environment", None, [_environment(groups)]))
     return "parbench report", intro, sections
