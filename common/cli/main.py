@@ -54,10 +54,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "(HTML and plots need pip install 'parbench[report]')", file=sys.stderr)
     warn_if_busy()
     sweep = run_sweep(configs, out, args.resume, args.warmup_runs)
-    records = _valid_records(out, strict=False)
+    records, unreadable = _readable_records(out, strict=False)
     if html:
-        write_report(records, "html", report_dir / "report.html")
-    print(write_report(records, "md", report_dir / "report.md"), end="")
+        write_report(records, "html", report_dir / "report.html", unreadable=unreadable)
+    print(write_report(records, "md", report_dir / "report.md", unreadable=unreadable), end="")
     print(f"{len(sweep.statuses)} run(s), records in {out}; report in {report_dir}",
           file=sys.stderr)
     for problem in sweep.unsaved:
@@ -91,10 +91,12 @@ def _readable(folder: Path, strict: bool) -> FolderCheck:
     return found
 
 
-def _valid_records(folder: Path, strict: bool) -> list[dict]:
-    """The readable records under ``folder`` (see _readable): the skipped files are named on
-    stderr only, not in the report made from these."""
-    return _readable(folder, strict).records
+def _readable_records(folder: Path, strict: bool) -> tuple[list[dict], dict[str, str]]:
+    """The readable records under ``folder`` (see _readable) and the skipped files' reasons,
+    by their path in the folder, so a report reads the same wherever the folder is."""
+    found = _readable(folder, strict)
+    return found.records, {str(Path(file).relative_to(folder)): reason
+                           for file, reason in found.reasons.items()}
 
 
 def cmd_parity(args: argparse.Namespace) -> int:
@@ -163,11 +165,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"no such folder: {args.dir}")
     output = Path(args.output) if args.output else None
     fmt = report_format(args.format, output)
-    found = _readable(Path(args.dir), args.strict)
-    # the skipped files by their path in the folder, so a report reads the same wherever it is
-    unreadable = {str(Path(file).relative_to(args.dir)): reason
-                  for file, reason in found.reasons.items()}
-    text = write_report(found.records, fmt, output, Path(args.plots) if args.plots else None,
+    records, unreadable = _readable_records(Path(args.dir), args.strict)
+    text = write_report(records, fmt, output, Path(args.plots) if args.plots else None,
                         unreadable)
     if output is None:
         print(text, end="")

@@ -12,7 +12,7 @@ import jsonschema
 from parbench.base.errors import UsageError
 from parbench.base.files import write_atomic
 from parbench.contract.spec import sha256_of
-from parbench.contract.tasks import TASKS, Task, record_rules
+from parbench.contract.tasks import TASK_BEFORE_SCHEMA_7, TASKS, Task, record_rules
 from parbench.run.modes import modes_schema
 from parbench.run.profiling import SUFFIX
 from parbench.run.registry import FRAMEWORKS
@@ -141,12 +141,12 @@ def save_record(folder: Path, record: dict) -> tuple[Path, str | None]:
 
 
 TASK_SINCE = 7  # the schema version that added ``task``
-FIRST_TASK = "image-classification"  # what every record before it is of: the only task then
 
 
 def task_name_of(record: dict) -> object:
-    """The task the record names; a record before schema 7 names none and is of FIRST_TASK."""
-    return record.get("task", FIRST_TASK)
+    """The task the record names; a record before schema 7 names none and is of
+    TASK_BEFORE_SCHEMA_7, the only task then."""
+    return record.get("task", TASK_BEFORE_SCHEMA_7)
 
 
 def task_of_record(record: dict) -> type[Task]:
