@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parbench.contract.tasks import ImageClassification
+from parbench.contract.tasks import ImageClassification, LanguageModeling
+from parbench.results.intervals import bootstrap_step_interval, step_interval
 from parbench.results.metrics import aggregate, divergence, warmup_steps
 from parbench.run.loop import RankLog
 
@@ -60,6 +61,32 @@ def test_the_slowest_rank_defines_each_step_and_warmup_stays_out() -> None:
     assert metrics["first_step_s"] == 3.0
     assert metrics["train_s"] == pytest.approx(3.0 + (15 + 2 * (16 + 17 + 18 + 19 + 20)) * MS)
     assert metrics["startup_s"] == pytest.approx(1.0)  # the last rank to start its first step
+
+
+def test_the_steady_step_times_leave_out_the_compile_step() -> None:
+    """What the one-repeat interval bootstraps is each steady step's time, the slowest rank's,
+    in order: never the first step, which holds the tracing or compile time (3 s here, against
+    steady steps of 15-20 ms); the interval of the row is the bootstrap of exactly these."""
+    metrics = aggregate(two_node_logs(), TASK, 4, 100.0, None)
+    steady = [20.0, 19.0, 18.0, 17.0, 16.0, 15.0, 16.0, 17.0, 18.0, 19.0, 20.0]
+    assert metrics["steady_step_ms"] == pytest.approx(steady)
+    assert len(metrics["steady_step_ms"]) == metrics["steady_steps"]
+    interval = step_interval([metrics])
+    assert interval == bootstrap_step_interval([metrics["steady_step_ms"]])
+    assert interval.method == "bootstrap, 11 steps of 1 run(s)" and interval.high <= 20.0
+
+
+def test_a_language_task_counts_tokens_per_step_over_the_median_step() -> None:
+    """Tokens/s is tokens per step (global batch x context) over the median steady step, not
+    rows: 4 rows of 16 tokens a step, 18 ms the median step (as above)."""
+    logs = two_node_logs()
+    for log in logs:
+        log.evals = [dict(e, perplexity=float(np.exp(e["loss"])), tokens=64) for e in log.evals]
+    task = LanguageModeling(8, context=16, loss_floor=1.0)
+    metrics = aggregate(logs, task, global_batch=4, launch_time=100.0, target_accuracy=None)
+    assert metrics["items_per_step"] == 4 * 16
+    assert metrics["throughput"] == pytest.approx(4 * 16 / 0.018, rel=1e-12)
+    assert (metrics["loss_floor"], metrics["floor_gap"]) == (1.0, pytest.approx(0.2))
 
 
 def test_the_loss_curve_weights_each_rank_by_its_rows() -> None:

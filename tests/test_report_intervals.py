@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from scipy import stats
 from test_report import BATCH, markdown_tables, record
 
 from parbench.results.intervals import bootstrap_step_interval, ratio, t_interval
@@ -58,6 +59,34 @@ def test_bootstrap_of_steps_brackets_the_median_and_narrows_with_more_steps() ->
     assert many.high - many.low < few.high - few.low
     constant = bootstrap_step_interval([[5.0] * 6])
     assert (constant.low, constant.high) == pytest.approx((5.0, 5.0), rel=1e-12)
+
+
+def test_the_bootstrap_is_of_each_runs_median_and_their_geometric_mean() -> None:
+    """15 steps of 10 ms and one of 1000 ms: a resample's median is 10 unless 8 of its 16 draws
+    are the slow step (probability 2e-6), so every resampled median is 10 and so is the
+    interval; a bootstrap of the mean would reach ~200 (3 or more slow draws in 16 happen 7%
+    of the time). Two runs of constant steps, 10 and 40 ms: the geometric mean of their
+    medians, 20 (their arithmetic mean would be 25)."""
+    outlier = bootstrap_step_interval([[10.0] * 15 + [1000.0]])
+    assert (outlier.low, outlier.high) == pytest.approx((10.0, 10.0), rel=1e-12)
+    two = bootstrap_step_interval([[10.0] * 9, [40.0] * 9])
+    assert (two.low, two.high) == pytest.approx((20.0, 20.0), rel=1e-12)
+    assert two.method == "bootstrap, 9/9 steps of 2 run(s)"
+
+
+def test_the_bootstrap_interval_is_95_percent() -> None:
+    """17 distinct steps v1 < ... < v17 (10..26 ms). A resample's median is the 9th of 17
+    draws, so P(median <= vj) = P(Binomial(17, j/17) >= 9), exactly: 0.0082 at v4, 0.0356 at
+    v5, 0.1041 at v6. The 2.5% quantile is therefore v5 (14 ms) and, by symmetry, the 97.5%
+    one v13 (22 ms); a 90% interval would end at v6 and v12 (5% quantiles), a bootstrap of the
+    mean at neither. Of the 2000 resampled medians (seed 0), 67 are <= v5 and 61 >= v13, so
+    the 50th and 51st from each end (np.percentile's 2.5%) lie on those steps with room to
+    spare."""
+    steps = [float(v) for v in range(10, 27)]
+    below = [stats.binom.sf(8, 17, j / 17) for j in (4, 5, 6)]  # P(median <= v4, v5, v6)
+    assert below[0] < 0.025 < below[1] < 0.05 < below[2]
+    found = bootstrap_step_interval([steps])
+    assert (found.low, found.high) == pytest.approx((14.0, 22.0), rel=1e-12)
 
 
 def test_one_repeat_of_schema_10_gets_a_bootstrap_interval_in_the_performance_table() -> None:
