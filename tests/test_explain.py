@@ -9,7 +9,7 @@ import statistics
 import pytest
 from test_causes import record
 
-from conftest import needs, parbench, records_in
+from conftest import needs, parbench, records_in, shared_result
 from parbench.base.devices import gpu_count
 from parbench.cli.explain import Variant, baseline_config, switched_off
 from parbench.cli.explain_table import explain_lines, explain_table
@@ -133,3 +133,83 @@ def test_a_real_ablation_on_torch_ddp(tmp_path):
         assert "batchnorm (each of 2 replicas normalises its 16 rows with their own " \
             "statistics): cannot be switched off on torch-ddp" in done.stdout
     assert "absent: global-batch: --global-batch 32 is the same on 1 device" in done.stdout
+
+
+# --- a real ablation whose causes are switched off and run on the CPU: --per-device-batch 16
+# with --lr-scaling linear makes two (global-batch, lr-scaling), and the mlp on jax-pmap (one
+# process) keeps the 12 runs cheap (42 s on 2 cores)
+SWITCHED = ("jax-pmap", "--devices", "2", "--dataset", "digits", "--model", "mlp", "--steps",
+            "6", "--per-device-batch", "16", "--lr-scaling", "linear")
+
+
+@pytest.fixture(scope="module")
+def switched_ablation(tmp_path_factory) -> tuple[str, list[dict]]:
+    """(what explain printed, its records) of the SWITCHED ablation, run once per session."""
+    def ablate():
+        folder = tmp_path_factory.mktemp("explain-switched")
+        done = parbench("explain", *SWITCHED, "--out", str(folder / "out"), cwd=folder)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout, records_in(folder / "out")
+
+    return shared_result(tmp_path_factory, ("explain", SWITCHED), ablate)
+
+
+def variant_records(runs: list[dict]) -> dict[str, list[dict]]:
+    """The records by the variant whose options they ran with."""
+    def of(r: dict) -> str:
+        if r["backend"] == "jax-single":
+            return "baseline"
+        if r["batch_mode"] == "global":
+            return "global-batch off"
+        return "as given" if r["lr_scaling"] == "linear" else "lr-scaling off"
+
+    found: dict[str, list[dict]] = {}
+    for r in runs:
+        found.setdefault(of(r), []).append(r)
+    return found
+
+
+@needs("jax")
+@pytest.mark.slow
+def test_each_cause_switched_off_runs_with_its_options_and_is_recorded(switched_ablation):
+    _, runs = switched_ablation
+    found = variant_records(runs)
+    assert sorted(found) == ["as given", "baseline", "global-batch off", "lr-scaling off"]
+    for name, records in found.items():
+        assert sorted(r["seed"] for r in records) == [0, 1, 2], name
+        assert all(r["status"] == "ok" for r in records), name
+    given_lr = found["as given"][0]["lr"]
+    for r in found["global-batch off"]:  # --global-batch 16 at 2 devices, the lr rule kept
+        assert (r["backend"], r["world_size"], r["global_batch"], r["per_device_batch"]) == \
+            ("jax-pmap", 2, 16, 8)
+        assert r["lr_scaling"] == "linear" and r["lr"] == pytest.approx(given_lr / 2)
+    for r in found["lr-scaling off"]:  # the global batch as given, the 1-device lr unscaled
+        assert (r["backend"], r["world_size"], r["global_batch"]) == ("jax-pmap", 2, 32)
+        assert r["lr_scaling"] == "none" and r["lr"] == pytest.approx(given_lr / 2)
+
+
+@needs("jax")
+@pytest.mark.slow
+def test_what_a_switched_off_cause_carries_is_computed_from_its_records(switched_ablation):
+    """Each row's median and change, and each cause's share (change as given - change with
+    it off), from the variants' records; lr-scaling off changes the result, so its share is
+    not the whole change (global-batch off computes what one device does: no change)."""
+    printed, runs = switched_ablation
+    median = {name: statistics.median(r["metrics"]["final_accuracy"] for r in records)
+              for name, records in variant_records(runs).items()}
+    change = {name: value - median["baseline"] for name, value in median.items()}
+    assert change["lr-scaling off"] != 0  # else its share would be the whole change
+    assert row(printed, "baseline")[3:5] == ["3/3", f"{median['baseline']:.4g}"]
+    assert row(printed, "as given")[3:6] == ["3/3", f"{median['as given']:.4g}",
+                                             f"{change['as given']:.4g}"]
+    unscaled = variant_records(runs)["lr-scaling off"][0]["lr"]
+    for name, switch in (("global-batch off", "--global-batch 16"),
+                         ("lr-scaling off", f"--lr-scaling none --lr {unscaled}")):
+        carried = change["as given"] - change[name]
+        cells = row(printed, name)
+        assert cells[:6] == [name, "jax-pmap x2", switch, "3/3", f"{median[name]:.4g}",
+                             f"{change[name]:.4g}"]
+        assert cells[7] == f"{carried:.4g}"
+        cause_name = name.removesuffix(" off")
+        (line,) = [line for line in printed.splitlines() if line.startswith(f"{cause_name} (")]
+        assert f"carries {carried:+.4g} of the {change['as given']:+.4g} change" in line

@@ -1,7 +1,8 @@
 """``parbench peak`` and what runs read of it: the datasheet table chosen by device name, the
 GPU models the driver shows, the timing loop (on a numpy stand-in, in-process), the cache
-(round trip, keys, corrupt files), bad input through the CLI, and real measurements of two
-frameworks, each in its own process as the command runs them (conftest: never in this one)."""
+(round trip, keys, corrupt files), bad input through the CLI, and real measurements of every
+framework, each in its own process as the command runs them (conftest: never in this one),
+keyed by the threads they ran with."""
 
 from __future__ import annotations
 
@@ -333,6 +334,83 @@ def test_a_real_measurement_is_plausible_and_cached(tmp_path, framework):
     assert third.returncode == 0 and "measured" in third.stdout, third.stderr
     (entry,) = json.loads(cache.read_text())["entries"]  # replaced
     assert [figure["size"] for figure in entry["result"]["sizes"]] == [128]
+
+
+# What a framework's peak process ran its products with, observed inside it by a sitecustomize
+# module on PYTHONPATH (parbench.run.matmul.time_sizes wrapped): the thread count the framework
+# itself reports once the products ran (torch's, TensorFlow's intra-op pool, Paddle's OpenMP
+# runtime, the threads of XLA's pool as runs count them), with the figure it measured, which
+# names its cache entry.
+THREADS_PROBE = '''
+import json
+import os
+
+if os.environ.get("PEAK_THREADS_PROBE"):
+    from parbench.run import matmul
+
+    def in_effect(framework):
+        if framework == "torch":
+            import torch
+            return torch.get_num_threads()
+        if framework == "tensorflow":
+            import tensorflow as tf
+            return tf.config.threading.get_intra_op_parallelism_threads()
+        if framework == "paddle":
+            from parbench.frameworks.paddle.runtime import compute_threads
+            return compute_threads()
+        from parbench.frameworks.jax.runtime import pool_threads
+        return pool_threads()
+
+    timed = matmul.time_sizes
+
+    def time_sizes(product, sizes, budget):
+        result = timed(product, sizes, budget)
+        seen = {"tflops": result["tflops"], "threads": in_effect(product.framework),
+                "omp": os.environ.get("OMP_NUM_THREADS")}
+        folder = os.environ["PEAK_THREADS_PROBE"]
+        with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as probe:
+            json.dump(seen, probe)
+        return result
+
+    matmul.time_sizes = time_sizes
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", [
+    pytest.param("torch", marks=needs("torch")),
+    pytest.param("tensorflow", marks=needs("tensorflow")),
+    pytest.param("paddle", marks=needs("paddle")),
+    pytest.param("jax", marks=needs("jax"))])
+def test_each_entry_is_keyed_by_the_threads_its_products_ran_with(tmp_path, framework):
+    """Two thread counts in one command, 1 and one more than the cores (neither is what a
+    framework takes by default, every core): two entries, each keyed by the threads its
+    framework process really computed with, and its figure plausible. A framework that ignored
+    --threads would compute on every core under a key that says otherwise."""
+    (tmp_path / "sitecustomize.py").write_text(THREADS_PROBE)
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    cache, asked = tmp_path / "peak.json", [1, len(os.sched_getaffinity(0)) + 1]
+    done = parbench("peak", "--framework", framework, "--dtype", "float32", "--threads",
+                    ",".join(map(str, asked)), "--sizes", "128",
+                    env={CACHE_ENV: str(cache), "PYTHONPATH": path,
+                         "PEAK_THREADS_PROBE": str(probes)})
+    assert done.returncode == 0, done.stderr
+    seen = {probe["tflops"]: probe for probe in
+            (json.loads(found.read_text()) for found in probes.iterdir())}
+    entries = json.loads(cache.read_text())["entries"]
+    assert sorted(entry["key"]["threads"] for entry in entries) == asked
+    assert len(seen) == len(entries)  # a process per entry
+    for entry in entries:
+        result, threads = entry["result"], entry["key"]["threads"]
+        assert result["threads"] == threads
+        assert seen[result["tflops"]]["threads"] == threads, (framework, seen, entry["key"])
+        assert seen[result["tflops"]]["omp"] == str(threads)
+        assert plausible(result["tflops"]), result
+        assert [figure["size"] for figure in result["sizes"]] == [128]
+        assert result["framework_version"] == installed_version(
+            FRAMEWORKS[framework].imports[0])
 
 
 @pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")
