@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,8 @@ def test_every_field_of_the_schema_is_listed_and_described():
 def test_a_launcher_without_its_ports_fails_the_list(monkeypatch):
     text = doc_ports.launchers_list([], ROOT)
     assert "`--rdzv-endpoint=127.0.0.1:PORT`" in text and "coordinator" in text
-    monkeypatch.delitem(doc_ports.LISTENS, "jax-distributed")
+    monkeypatch.setitem(doc_ports.LAUNCHERS, "jax-distributed",
+                        replace(doc_ports.LAUNCHERS["jax-distributed"], listens=""))
     with pytest.raises(ValueError, match="jax-distributed"):
         doc_ports.launchers_list([], ROOT)
 

@@ -1,8 +1,8 @@
 """The ports each launcher opens, for docs/security.md: which backends use it and the addresses
 parbench hands it come from the registry (``LAUNCHERS``, ``BACKENDS``, and each launcher's own
 command line, built here as a run builds it); what then listens is a fact of the framework,
-written once per launcher in ``LISTENS``. A launcher added to the registry without its entry
-there fails the doc check, so no launcher's ports go unmentioned.
+which each launcher's registry entry states (``Launcher.listens``, required), so no launcher's
+ports go unmentioned.
 """
 
 from __future__ import annotations
@@ -17,31 +17,6 @@ from parbench.run.registry import BACKENDS, LAUNCHERS
 
 from .doc_lists import code, table
 
-# What listens once a launcher has started a run on one machine, and where its port comes from.
-# Measured with ss where docs/security.md's tables say so; the rest is read from the code named.
-LISTENS = {
-    "python": "nothing: one process drives every device, so there is no rendezvous",
-    "spawn": "torch (`mp.spawn`): no store, the ranks meet through a `file://` in the run's "
-             "private temp folder; each rank's gloo listener on 127.0.0.1. Paddle "
-             "(`paddle.distributed.spawn`): rank 0's TCPStore on 0.0.0.0, its gloo listeners "
-             "on 127.0.0.1 (measured)",
-    "tf-config": "each worker's gRPC server, bound to every interface, at the port its "
-                 "`TF_CONFIG` names: one free 127.0.0.1 port per worker, picked by the "
-                 "supervising process (`frameworks/tensorflow/cluster.py`; measured)",
-    "jax-distributed": "process 0's `jax.distributed` coordinator at a free 127.0.0.1 port the "
-                       "supervising process picks (`frameworks/jax/multiprocess.py`), bound to "
-                       "127.0.0.1 only on one machine (`coordinator_bind_address`); the CPU "
-                       "collectives between the processes go through gloo. Across machines the "
-                       "coordinator is at node 0's first worker port, bound to every interface "
-                       "(JAX's default). Not measured with ss: this backend came after the "
-                       "tables below",
-    "torchrun": "the launcher's c10d rendezvous store at the `--rdzv-endpoint` port and the "
-                "agent store the ranks use as `MASTER_PORT`, both bound to every interface; "
-                "each rank's gloo listener on 127.0.0.1 (measured)",
-    "paddle-launch": "rank 0's TCPStore on 0.0.0.0 at the `PADDLE_MASTER` port; the `--master` "
-                     "port was not seen listening on one machine; gloo listeners on 127.0.0.1 "
-                     "(measured)",
-}
 # Across machines, a launcher without an address of its own on its command line: who says
 # where each worker listens (parbench's check-in gathers the ports, parbench.launch.checkin).
 WORKER_PORTS = ("each node picks a free port per worker and reports them at parbench's "
@@ -61,10 +36,10 @@ def _entry_point(argv: list[str]) -> str:
 
 def launchers_list(args: list[str], root: Path) -> str:
     """One row per launcher of LAUNCHERS, then parbench's own port across machines."""
-    missing = set(LAUNCHERS) ^ set(LISTENS)
-    if missing:
-        raise ValueError(f"doc_ports.LISTENS and the registry's LAUNCHERS differ in "
-                         f"{', '.join(sorted(missing))}: say what each launcher opens")
+    silent = [name for name, launcher in LAUNCHERS.items() if not launcher.listens.strip()]
+    if silent:
+        raise ValueError(f"the registry's launcher(s) {', '.join(silent)} say nothing of what "
+                         "listens (Launcher.listens): say what each launcher opens")
     job = Path(tempfile.gettempdir()) / "JOB" / "job.json"
     nodes = Nodes(2, 0, "HOST", DEFAULT_MASTER_PORT, None, 60.0)
     rows = []
@@ -76,7 +51,7 @@ def launchers_list(args: list[str], root: Path) -> str:
                                                                "PORT"))
         rows.append([code(name), ", ".join(b.name for b in BACKENDS.values()
                                            if name in b.launchers),
-                     _entry_point(one), _addresses(one) or "none", LISTENS[name], several])
+                     _entry_point(one), _addresses(one) or "none", launcher.listens, several])
     offset = nodes.checkin_port - nodes.master_port
     return (table(["launcher", "backends", "runs", "addresses parbench passes",
                    "what listens", "several machines (`--master HOST:PORT`)"], rows)

@@ -121,6 +121,9 @@ class Launcher:
     # each node reports its workers' ports at check-in (TF_CONFIG; JAX's coordinator takes node
     # 0's first)
     worker_ports: bool = False
+    # what listens once it has started a run on one machine, and where its port comes from
+    # (measured with ss where docs/security.md says so): the ports table of docs/security.md
+    listens: str = ""
 
     def command(self, job_path: Path, devices: int, nodes: Rendezvous | None = None) -> list[str]:
         """argv that runs the job on this node, with ``devices`` of its own; with ``nodes``,
@@ -165,13 +168,34 @@ def _paddle_launch(job_path: Path, devices: int, nodes: Rendezvous | None) -> li
 
 
 LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in (
-    Launcher("python", single_node="one process drives every device"),
+    Launcher("python", single_node="one process drives every device",
+             listens="nothing: one process drives every device, so there is no rendezvous"),
     Launcher("spawn", single_node="it starts every process on this machine "
-             "(torch.multiprocessing.spawn / paddle.distributed.spawn)"),
-    Launcher("tf-config", worker_ports=True),
-    Launcher("jax-distributed", worker_ports=True),
-    Launcher("torchrun", _torchrun),
-    Launcher("paddle-launch", _paddle_launch),
+             "(torch.multiprocessing.spawn / paddle.distributed.spawn)",
+             listens="torch (`mp.spawn`): no store, the ranks meet through a `file://` in the "
+             "run's private temp folder; each rank's gloo listener on 127.0.0.1. Paddle "
+             "(`paddle.distributed.spawn`): rank 0's TCPStore on 0.0.0.0, its gloo listeners "
+             "on 127.0.0.1 (measured)"),
+    Launcher("tf-config", worker_ports=True,
+             listens="each worker's gRPC server, bound to every interface, at the port its "
+             "`TF_CONFIG` names: one free 127.0.0.1 port per worker, picked by the "
+             "supervising process (`frameworks/tensorflow/cluster.py`; measured)"),
+    Launcher("jax-distributed", worker_ports=True,
+             listens="process 0's `jax.distributed` coordinator at a free 127.0.0.1 port the "
+             "supervising process picks (`frameworks/jax/multiprocess.py`), bound to "
+             "127.0.0.1 only on one machine (`coordinator_bind_address`); the CPU "
+             "collectives between the processes go through gloo. Across machines the "
+             "coordinator is at node 0's first worker port, bound to every interface "
+             "(JAX's default). Not measured with ss: this backend came after the "
+             "tables below"),
+    Launcher("torchrun", _torchrun,
+             listens="the launcher's c10d rendezvous store at the `--rdzv-endpoint` port and the "
+             "agent store the ranks use as `MASTER_PORT`, both bound to every interface; "
+             "each rank's gloo listener on 127.0.0.1 (measured)"),
+    Launcher("paddle-launch", _paddle_launch,
+             listens="rank 0's TCPStore on 0.0.0.0 at the `PADDLE_MASTER` port; the `--master` "
+             "port was not seen listening on one machine; gloo listeners on 127.0.0.1 "
+             "(measured)"),
 )}
 
 _T, _TF, _PD, _JX = "parbench.frameworks.torch", "parbench.frameworks.tensorflow", \

@@ -53,7 +53,7 @@ class IndexedRows(Dataset):
         return {"folder": self.folder}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(Arrays.load(state["folder"], "", 0), state["folder"])
+        self.__init__(Arrays.load(state["folder"], ""), state["folder"])
 
 
 def data_loader(rows: IndexedRows, sampler: Sampler, batch_size: int, workers: int,
