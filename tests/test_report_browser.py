@@ -61,6 +61,7 @@ def test_the_report_fits_a_1400_px_window(tmp_path: Path) -> None:
         assert int.from_bytes(png[16:20], "big") == 1400  # the IHDR width: the window's
 
 
+@pytest.mark.slow  # 15 s on 2 cores (measured): headless chromium renders and measures it
 def test_the_check_sees_a_page_that_scrolls_sideways(tmp_path: Path) -> None:
     """Not a vacuous pass: the same probe measures a page 3000 px wide as too wide."""
     page = tmp_path / "wide.html"

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import conftest
 from conftest import parbench
 
@@ -24,6 +26,7 @@ def _suite_cost():
     return module
 
 
+@pytest.mark.slow  # a pytest of its own in a subprocess
 def test_the_recorder_writes_a_line_per_test_with_its_cpu_and_commands(tmp_path):
     env = {**os.environ, conftest.COST_ENV: str(tmp_path)}
     env.pop("PYTEST_XDIST_WORKER", None)

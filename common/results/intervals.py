@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.95
 REPEATS_FOR_T = 3
@@ -51,6 +50,10 @@ def _short(value: float) -> str:
 
 def t_interval(values: Sequence[float]) -> Interval:
     """Student's t interval of the geometric mean of ``values`` (3 or more, all > 0)."""
+    # imported here: scipy.stats takes 0.6 s to import, more than half of every parbench
+    # command's start, and only a report of 3+ repeats needs it
+    from scipy import stats
+
     logs = np.log(np.asarray(values, dtype=float))
     half = stats.t.ppf(0.5 + LEVEL / 2, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs))
     centre = logs.mean()
