@@ -192,6 +192,9 @@ def test_nan_from_a_config_file_is_refused_like_the_flag(tmp_path):
     ("run.json", "[1, 2]", "want a table of keys, got list"),
     ("run.json", "{", "is not valid JSON"),
     ("run.toml", "lr = ", "is not valid TOML"),
+    ("run.toml", "compile = 1\n", "compile must be bool, got 1"),  # a mode's key, its type
+    ("run.toml", "grad_accum = true\n", "grad_accum must be int, got True"),
+    ("run.toml", "lr = true\n", "lr must be float or int, got True"),
 ])
 def test_a_config_file_parbench_cannot_read_is_one_line(tmp_path, name, text, fragment):
     (tmp_path / name).write_text(text)

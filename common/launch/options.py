@@ -162,17 +162,9 @@ def read_config_file(path: str) -> dict:
     if unknown:
         raise UsageError(f"config file {path}: unknown key(s) {', '.join(unknown)}")
     for key, value in data.items():
-        wrong = OPTIONS[key].type_problem(value) if key in OPTIONS else \
-            _mode_type_problem(key, value)
+        # a mode's key is checked as an option of the mode's type would be
+        option = OPTIONS.get(key) or Option(key, MODES[key].kind)
+        wrong = option.type_problem(value)
         if wrong:
             raise UsageError(f"config file {path}: {wrong}")
     return data
-
-
-def _mode_type_problem(name: str, value: object) -> str | None:
-    kind = MODES[name].kind
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        return f"{name} must be {kind.__name__}, got {value!r}"
-    return None
-
-
