@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -122,6 +123,21 @@ def test_folders_of_records_and_their_parts(tmp_path):
     _folder(tmp_path, "explain", "one", "inner")
     (tmp_path / "empty").mkdir()
     assert record_folders(tmp_path) == [plain, runs]
+
+
+def test_a_folder_git_ignores_needs_no_readme(tmp_path, capsys):
+    """A user's own runs (git-ignored results/runs/, written by `tox -e torch-ddp`) are not the
+    project's records: neither the list of folders nor --check asks them for a README."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("results/runs/\n")
+    kept = _folder(tmp_path, "results", "kept-runs")
+    _folder(tmp_path, "results", "runs", "torch-ddp")
+    assert record_folders(tmp_path / "results") == [kept]
+    args = ["--root", str(tmp_path), "--folders", str(tmp_path / "results")]
+    assert main(args) == 0 and main([*args, "--check"]) == 0
+    assert (kept / "README.md").exists()
+    assert not (tmp_path / "results" / "runs" / "README.md").exists()
+    assert not (tmp_path / "results" / "runs" / "torch-ddp" / "README.md").exists()
 
 
 def test_provenance_names_every_machine_and_each_dirty_record(tmp_path, capsys):

@@ -302,8 +302,12 @@ def test_a_corrupt_cache_stops_the_command_before_it_measures(tmp_path):
 # --- real measurements
 def plausible(tflops: float) -> bool:
     """Above 1 GFLOP/s, below what this process's cores could do at most."""
-    ceiling = len(os.sched_getaffinity(0)) * CORE_FP32_CEILING_TFLOPS
-    return math.isfinite(tflops) and GIGAFLOP_IN_TERA < tflops < ceiling
+    return math.isfinite(tflops) and GIGAFLOP_IN_TERA < tflops < ceiling()
+
+
+def ceiling() -> float:
+    """What this process's cores could do at most."""
+    return len(os.sched_getaffinity(0)) * CORE_FP32_CEILING_TFLOPS
 
 
 @pytest.mark.slow
@@ -407,7 +411,13 @@ def test_each_entry_is_keyed_by_the_threads_its_products_ran_with(tmp_path, fram
         assert result["threads"] == threads
         assert seen[result["tflops"]]["threads"] == threads, (framework, seen, entry["key"])
         assert seen[result["tflops"]]["omp"] == str(threads)
-        assert plausible(result["tflops"]), result
+        # More threads than cores, beside the rest of the suite, can spin-wait down to well
+        # under a GFLOP/s (Paddle's OpenMP pool measured 0.5 on 2 AMD EPYC vCPUs under CI):
+        # that entry's figure is only held to be a real, bounded measurement.
+        if threads > len(os.sched_getaffinity(0)):
+            assert 0 < result["tflops"] < ceiling(), result
+        else:
+            assert plausible(result["tflops"]), result
         assert [figure["size"] for figure in result["sizes"]] == [128]
         assert result["framework_version"] == installed_version(
             FRAMEWORKS[framework].imports[0])

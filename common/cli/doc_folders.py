@@ -9,12 +9,14 @@ the one the records name.
 
 A folder of records is one that holds records itself, or one named ``*runs`` that holds them in
 subfolders (multinode-runs/round0, round1: one report reads them together); a folder inside
-another folder of records is part of it. ``python -m parbench.cli.doc_tables --folders
+another folder of records is part of it. A folder git ignores (``results/runs/``, where a
+user's own runs land) is not the project's: it needs no README. ``python -m parbench.cli.doc_tables --folders
 results`` writes the README.md a folder lacks and refreshes every README.md under results/.
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -39,11 +41,26 @@ def _holds_records(folder: Path) -> bool:
     return any(not p.name.endswith(SUFFIX) for p in folder.glob("*.json"))
 
 
+def git_ignored(paths: list[Path]) -> set[Path]:
+    """Those of ``paths`` git ignores; none outside a git work tree (git answers 128)."""
+    if not paths:
+        return set()
+    answer = subprocess.run(["git", "check-ignore", "--stdin", "-z"],
+                            cwd=paths[0].absolute().parent, capture_output=True, text=True,
+                            input="\0".join(str(p.absolute()) for p in paths))
+    if answer.returncode not in (0, 1):  # 1: none ignored
+        return set()
+    return {Path(name) for name in answer.stdout.split("\0") if name}
+
+
 def record_folders(top: Path) -> list[Path]:
-    """The folders of records under ``top``, outermost first, none inside another."""
+    """The folders of records under ``top`` git does not ignore, outermost first, none inside
+    another."""
     found: list[Path] = []
-    for folder in sorted(p for p in [top, *top.rglob("*")] if p.is_dir()):
-        if any(folder.is_relative_to(outer) for outer in found):
+    folders = sorted(p for p in [top, *top.rglob("*")] if p.is_dir())
+    ignored = git_ignored(folders)
+    for folder in folders:
+        if folder.absolute() in ignored or any(folder.is_relative_to(outer) for outer in found):
             continue
         named_runs = folder.name.endswith("runs") and any(
             _holds_records(inner) for inner in folder.rglob("*") if inner.is_dir())
