@@ -11,7 +11,8 @@ A folder of records is one that holds records itself, or one named ``*runs`` tha
 subfolders (multinode-runs/round0, round1: one report reads them together); a folder inside
 another folder of records is part of it. A folder git ignores (``results/runs/``, where a
 user's own runs land) is not the project's: it needs no README.
-``python -m parbench.cli.doc_tables --folders results`` writes the README.md a folder lacks and refreshes every README.md under results/.
+``python -m parbench.cli.doc_tables --folders results`` writes the README.md a folder lacks and
+refreshes every README.md under results/.
 """
 
 from __future__ import annotations
