@@ -1,7 +1,8 @@
 """Where the test suite's time goes: each test file's CPU seconds (the pytest process and every
 process it started: parbench commands and their workers), wall seconds and parbench training
 commands, from one run of the suite with the cost recorder on (tests/conftest.py), as a
-Markdown table, costliest first.
+Markdown table, costliest first; then the training commands several tests started with the
+same arguments (runs a shared fixture could serve once).
 
     PARBENCH_SUITE_COST=/tmp/cost tox -e test          # record (an empty folder)
     python benchmarks/suite_cost.py /tmp/cost --cpu "AMD EPYC, 2 vCPUs" > tests/COST.md
@@ -50,6 +51,33 @@ def per_file(lines: list[dict]) -> list[dict]:
                   key=lambda row: -row["cpu_s"])
 
 
+def repeats(lines: list[dict]) -> list[dict]:
+    """The training commands more than one test started with the same arguments (their own
+    paths aside): runs a shared fixture could serve once. Costliest repeat first; ``saved_s``
+    is what serving each once would have saved (every start after the cheapest)."""
+    started: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
+    for line in lines:
+        for run in line.get("runs", ()):
+            started[tuple(run["args"])].append((line["test"], run["cpu_s"]))
+    found = [{"command": " ".join(args), "tests": sorted({test for test, _ in starts}),
+              "starts": len(starts), "cpu_s": sum(cpu for _, cpu in starts),
+              "saved_s": sum(cpu for _, cpu in starts) - min(cpu for _, cpu in starts)}
+             for args, starts in started.items() if len(starts) > 1]
+    return sorted(found, key=lambda row: -row["saved_s"])
+
+
+def repeats_table(rows: list[dict]) -> str:
+    if not rows:
+        return "\nNo training command was started twice with the same arguments.\n"
+    body = [[f"`parbench {row['command']}`", row["starts"], f"{row['cpu_s']:.0f}",
+             f"{row['saved_s']:.0f}", "<br>".join(row["tests"])] for row in rows]
+    return ("\n## Training commands started more than once\n\nThe same arguments (a test's "
+            "own paths aside) started by several tests or several times: what a shared run "
+            "would save.\n\n" + tabulate(body, headers=("command", "starts", "CPU s",
+                                                          "saved CPU s", "tests"),
+                                         tablefmt="github", disable_numparse=True) + "\n")
+
+
 def table(rows: list[dict], cpu: str) -> str:
     total_cpu = sum(row["cpu_s"] for row in rows)
     body = [[row["file"], row["tests"], f"{row['cpu_s']:.0f}",
@@ -74,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", required=True, help="the machine's CPU, named in the table")
     args = parser.parse_args(argv)
     try:
-        rows = per_file(read_costs(Path(args.folder)))
+        lines = read_costs(Path(args.folder))
     except (OSError, ValueError) as err:
         print(f"suite_cost: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    print(table(rows, args.cpu), end="")
+    print(table(per_file(lines), args.cpu) + repeats_table(repeats(lines)), end="")
     return 0
 
 

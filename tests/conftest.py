@@ -29,6 +29,7 @@ from parbench.run.registry import BACKENDS, FRAMEWORKS
 COST_ENV = "PARBENCH_SUITE_COST"  # a folder: what each test cost (benchmarks/suite_cost.py)
 TRAINING_COMMANDS = ("run", "compare", "explain", "parity")
 _commands_started = [0]  # parbench training commands this process started, for the cost file
+_commands_run: list[dict] = []  # each one's arguments (paths as <path>) and CPU seconds
 
 
 def parbench(*args: str, env: dict | None = None, timeout: float = 600,
@@ -36,10 +37,22 @@ def parbench(*args: str, env: dict | None = None, timeout: float = 600,
              prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run ``parbench ARGS`` like a user; returns the finished process. ``prefix`` is a
     command that runs it, e.g. ``("taskset", "-c", "0")``."""
-    _commands_started[0] += bool(args) and args[0] in TRAINING_COMMANDS and "--help" not in args
+    training = bool(args) and args[0] in TRAINING_COMMANDS and "--help" not in args
+    _commands_started[0] += training
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([*prefix, sys.executable, "-m", "parbench.cli", *args],
+    cpu = _cpu_seconds()
+    done = subprocess.run([*prefix, sys.executable, "-m", "parbench.cli", *args],
                           capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+    if training:
+        _commands_run.append({"args": [_without_paths(arg) for arg in args],
+                              "cpu_s": _cpu_seconds() - cpu})
+    return done
+
+
+def _without_paths(arg: str) -> str:
+    """A test's own folders differ from run to run; two tests that train the same way differ
+    only there (the cost file finds such repeats)."""
+    return "<path>" if os.path.isabs(arg) or os.sep in arg else arg
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -191,11 +204,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     file per pytest-xdist worker."""
     folder = os.environ.get(COST_ENV)
     start, cpu, commands = time.monotonic(), _cpu_seconds(), _commands_started[0]
+    _commands_run.clear()
     yield
     if folder:
         line = {"file": item.location[0], "test": item.nodeid,
                 "wall_s": time.monotonic() - start, "cpu_s": _cpu_seconds() - cpu,
-                "commands": _commands_started[0] - commands}
+                "commands": _commands_started[0] - commands, "runs": list(_commands_run)}
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(Path(folder) / f"{worker}.jsonl", "a") as out:
             out.write(json.dumps(line) + "\n")

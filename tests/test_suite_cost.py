@@ -36,13 +36,15 @@ def test_the_recorder_writes_a_line_per_test_with_its_cpu_and_commands(tmp_path)
     assert done.returncode == 0, done.stdout[-2000:]
     (line,) = [json.loads(text) for text in (tmp_path / "main.jsonl").read_text().splitlines()]
     assert line["file"] == "tests/test_suite_cost.py" and line["commands"] == 1
+    (run,) = line["runs"]  # the training command, its folder argument made neutral
+    assert run["args"] == ["run", "no-such-backend", "--out", "<path>"] and run["cpu_s"] > 0.3
     # the parbench process it started is counted: more than the test's own few milliseconds
     assert line["cpu_s"] > 0.3 and line["wall_s"] > 0.3
 
 
-def test_a_training_command_is_counted():
+def test_a_training_command_is_counted(tmp_path):
     before = conftest._commands_started[0]
-    assert parbench("run", "no-such-backend").returncode == 2
+    assert parbench("run", "no-such-backend", "--out", str(tmp_path)).returncode == 2
     assert parbench("run", "--help").returncode == 0  # help trains nothing
     assert conftest._commands_started[0] == before + 1
 
@@ -65,3 +67,20 @@ def test_the_table_sums_each_file_costliest_first(tmp_path, capsys):
                                                  ["tests/a.py", "2", "5", "35.7", "3", "1"],
                                                  ["all", "3", "14", "100.0", "8", "4"]]
     assert cost.main([str(tmp_path / "empty"), "--cpu", "x"]) == 2
+
+
+def test_a_command_several_tests_started_is_listed_with_what_sharing_saves(tmp_path, capsys):
+    run = {"args": ["run", "torch-ddp", "--out", "<path>"]}
+    other = {"args": ["run", "tf-single", "--out", "<path>"], "cpu_s": 50.0}
+    lines = [{"file": "tests/a.py", "test": "a1", "wall_s": 1, "cpu_s": 9, "commands": 2,
+              "runs": [{**run, "cpu_s": 4.0}, other]},
+             {"file": "tests/b.py", "test": "b1", "wall_s": 1, "cpu_s": 9, "commands": 1,
+              "runs": [{**run, "cpu_s": 5.0}]},
+             {"file": "tests/b.py", "test": "b2", "wall_s": 1, "cpu_s": 1, "commands": 0}]
+    (found,) = _suite_cost().repeats(lines)  # tf-single ran once: not a repeat
+    assert found == {"command": "run torch-ddp --out <path>", "tests": ["a1", "b1"],
+                     "starts": 2, "cpu_s": 9.0, "saved_s": 5.0}
+    (tmp_path / "gw0.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
+    assert _suite_cost().main([str(tmp_path), "--cpu", "test CPU"]) == 0
+    assert "| `parbench run torch-ddp --out <path>` | 2        | 9       | 5" in (
+        capsys.readouterr().out)
