@@ -63,6 +63,16 @@ def test_the_slowest_rank_defines_each_step_and_warmup_stays_out() -> None:
     assert metrics["startup_s"] == pytest.approx(1.0)  # the last rank to start its first step
 
 
+def test_cpu_per_step_is_each_ranks_mean_over_its_steady_steps() -> None:
+    """12 steps, warm-up 1: the first step's CPU (compiling) stays out, as its time does."""
+    logs = two_node_logs()
+    logs[0].cpu_s = [(5.0, 1.0)] + [(0.010 * (1 + i % 2), 0.002) for i in range(11)]
+    logs[1].cpu_s = [(9.0, 0.0)] + [(0.030, 0.0)] * 11
+    cpu = aggregate(logs, TASK, 4, 100.0, None)["cpu_ms_per_step"]
+    assert cpu["user"] == pytest.approx([10 * (6 * 1 + 5 * 2) / 11, 30.0])
+    assert cpu["system"] == pytest.approx([2.0, 0.0])
+
+
 def test_the_steady_step_times_leave_out_the_compile_step() -> None:
     """What the one-repeat interval bootstraps is each steady step's time, the slowest rank's,
     in order: never the first step, which holds the tracing or compile time (3 s here, against

@@ -16,17 +16,50 @@ from conftest import needs, parbench, records_in
 from parbench.contract.flops import model_flops, step_flops
 from parbench.contract.spec import build_spec
 from parbench.results.records import check_record
-from parbench.results.utilisation import flops_metrics
+from parbench.results.utilisation import flops_metrics, peak_threads
 from parbench.run.datasheet import datasheet_peak
-from parbench.run.peak import CACHE_ENV
+from parbench.run.peak import CACHE_ENV, store
 
 SPEC = build_spec("resnet", (3, 32, 32), 10)
 PER_STEP = step_flops(SPEC, BATCH)
 
 
-def hardware(gpu_model: str | None = None, dtype: str | None = "float32") -> dict:
+def hardware(gpu_model: str | None = None, dtype: str | None = "float32",
+             peak_threads: int = 1, nodes: int = 1) -> dict:
     return {"framework": "torch", "framework_version": "0.0-test", "compute_dtype": dtype,
-            "threads": 1, "gpu_model": gpu_model}
+            "peak_threads": peak_threads, "nodes": nodes, "gpu_model": gpu_model}
+
+
+def cache_with(path: Path, tflops_by_threads: dict[int, float]) -> None:
+    """A peak cache whose entries say these torch 0.0-test float32 CPU peaks were measured."""
+    for threads, tflops in tflops_by_threads.items():
+        store({"framework": "torch", "framework_version": "0.0-test", "dtype": "float32",
+               "threads": threads, "device": "cpu", "tflops": tflops}, path)
+
+
+@pytest.mark.parametrize("one_process,devices,threads,expected", [
+    (True, 2, 2, 2), (False, 2, 1, 2), (False, 4, 1, 4), (True, 1, 2, 2), (False, 1, 2, 2)])
+def test_the_peak_is_of_every_thread_the_run_had_on_a_node(one_process, devices, threads,
+                                                            expected):
+    assert peak_threads(threads, one_process, devices) == expected
+
+
+def test_one_process_and_several_of_the_same_cores_share_one_utilisation(tmp_path,
+                                                                         monkeypatch):
+    """tf-mirrored x2 (one process, 2 threads) and torch-ddp x2 (2 processes of 1 thread) at
+    the same FLOP/s are held against the same 2-thread peak, so they read the same share;
+    before schema 11 one read 2x the other (a device's share of one worker's peak)."""
+    cache_with(tmp_path / "peak.json", {1: 0.05, 2: 0.08})
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "peak.json"))
+    mirrored = flops_metrics(SPEC, BATCH, 250.0, 2, hardware(peak_threads=peak_threads(
+        2, True, 2)))
+    ddp = flops_metrics(SPEC, BATCH, 250.0, 2, hardware(peak_threads=peak_threads(1, False, 2)))
+    achieved = PER_STEP / 0.25 / 1e12
+    assert mirrored["utilisation"] == ddp["utilisation"] == pytest.approx(achieved / 0.08)
+    assert mirrored["measured_peak_tflops"] == 0.08 and mirrored["peak_threads"] == 2
+    two_nodes = flops_metrics(SPEC, BATCH, 250.0, 4, hardware(peak_threads=2, nodes=2))
+    assert two_nodes["measured_peak_tflops"] == 0.16  # each node's cores, both nodes
+    assert two_nodes["utilisation"] == pytest.approx(achieved / 0.16)
 
 
 def test_achieved_flops_are_the_specs_over_the_step_time(tmp_path, monkeypatch):
@@ -61,8 +94,9 @@ def with_flops(rec: dict, utilisation: float | None, mfu: float | None = None) -
     rec["metrics"]["flops"] = {
         "convention": "test", "per_step": PER_STEP, "per_sample": PER_STEP // BATCH,
         "achieved_tflops": achieved, "achieved_tflops_per_device": per_device,
-        "measured_peak_tflops": None if utilisation is None else per_device / utilisation,
-        "utilisation": utilisation,
+        "measured_peak_tflops": None if utilisation is None else achieved / utilisation,
+        # peak_threads: the whole run's utilisation (schema 11), which the report shows
+        "utilisation": utilisation, "peak_threads": 1,
         "datasheet_peak_tflops": None if mfu is None else per_device / mfu, "mfu": mfu}
     assert check_record(rec) == [], check_record(rec)
     return rec
@@ -93,6 +127,19 @@ def test_the_report_shows_flops_utilisation_and_how_far_each_framework_is(tmp_pa
     assert ("torch: closest to the limit torch-single x1, 25 % of the measured matmul peak "
             "per device; farthest torch-ddp [torchrun] x2, 10 %.") in text
     assert "tensorflow: closest to the limit tf-mirrored x1, 12.5 %" in text
+
+
+def test_a_utilisation_of_one_workers_peak_is_not_shown(tmp_path):
+    """Before schema 11 (no flops.peak_threads) utilisation was a device's share of one
+    worker's peak: the report shows no such figure beside the whole run's."""
+    old = with_flops(record("torch-ddp", "torch", 2, 0, 150.0, launcher="torchrun"), 0.1)
+    del old["metrics"]["flops"]["peak_threads"]
+    folder = write(tmp_path / "runs", [with_flops(record("torch-single", "torch", 1, 0, 100.0),
+                                                  0.25), old])
+    performance = by_row(next(rows for (_, caption), rows in markdown_tables(
+        report(str(folder))).items() if caption == "Performance"))
+    assert performance[("torch-single", "1")]["util. %"] == "25"
+    assert performance[("torch-ddp", "2")]["util. %"] == "-"
 
 
 def test_records_without_flops_show_no_flops_columns(tmp_path):
@@ -128,7 +175,8 @@ def test_a_run_reads_the_peak_parbench_peak_measured(tmp_path):
     (entry,) = json.loads((tmp_path / "peak.json").read_text())["entries"]
     assert flops["measured_peak_tflops"] == entry["result"]["tflops"] > 0
     assert flops["utilisation"] == pytest.approx(
-        flops["achieved_tflops_per_device"] / entry["result"]["tflops"])
+        flops["achieved_tflops"] / entry["result"]["tflops"])
+    assert flops["peak_threads"] == 1
     assert 0 < flops["utilisation"] < 1 and math.isfinite(flops["utilisation"])
     assert flops["mfu"] is None  # a CPU has no datasheet peak
 

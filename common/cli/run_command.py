@@ -102,7 +102,7 @@ def _unmeasured_peaks(records: list[dict]) -> list[str]:
     """One line per ok CPU configuration whose record has no utilisation because this machine's
     matmul peak for it was never measured (runs read the cache, never measure)."""
     missing = {(r["framework"], r["env"]["framework_version"], r["metrics"]["compute_dtype"],
-                r["env"]["threads_per_worker"]) for r in records
+                r["metrics"]["flops"]["peak_threads"]) for r in records
                if r["status"] == "ok" and not r["env"]["gpus"]
                and r["metrics"]["flops"]["measured_peak_tflops"] is None}
     return [f"parbench: no utilisation: {framework} {version}'s {dtype} matmul peak at {threads} "

@@ -15,7 +15,7 @@ from parbench.contract.spec import ModelSpec
 from parbench.contract.tasks import Task
 from parbench.results.metrics import aggregate
 from parbench.results.records import SCHEMA_VERSION, name_of
-from parbench.results.utilisation import flops_metrics
+from parbench.results.utilisation import flops_metrics, peak_threads
 from parbench.run.loop import RankLog
 from parbench.run.profiling import document, summary
 
@@ -51,6 +51,7 @@ class Parts:
     repeat: int
     run: Ran
     fed: dict | None = None  # metrics.input of an ok run (results.samples.input_metrics)
+    sweep: dict | None = None  # the record's sweep block: a compare sweep's round
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def _flops(parts: Parts, metrics: dict, framework_env: dict) -> dict:
     plan = parts.plan
     hardware = {"framework": plan.backend.framework,
                 "framework_version": framework_env["framework_version"],
-                "compute_dtype": metrics["compute_dtype"], "threads": plan.threads,
+                "compute_dtype": metrics["compute_dtype"], "nodes": plan.nnodes,
+                "peak_threads": peak_threads(plan.threads, plan.backend.one_process,
+                                             plan.world_size // plan.nnodes),
                 "gpu_model": (gpu_models() or [None])[0] if framework_env["gpus"] else None}
     return flops_metrics(parts.spec, plan.global_batch, metrics["step_time_ms"]["median"],
                          plan.world_size, hardware)
@@ -128,7 +131,8 @@ def _record(parts: Parts) -> dict:
         "strategy": plan.backend.strategy, "launcher": plan.launcher,
         "world_size": plan.world_size, "nnodes": plan.nnodes, "node_rank": 0,
         "hosts": [log.host for log in logs or []], "status": run.status, "error": run.error,
-        "seed": cfg.seed, "repeat": parts.repeat, "global_batch": plan.global_batch,
+        "seed": cfg.seed, "repeat": parts.repeat,
+        **({"sweep": parts.sweep} if parts.sweep else {}), "global_batch": plan.global_batch,
         "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
         "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling,
         "steps": len(logs[0].step_s) if run.status == "ok" else plan.total_steps,

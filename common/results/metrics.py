@@ -44,6 +44,7 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
         "steady_steps": int(len(steady)),
         # each steady step's time: what a confidence interval bootstraps when repeats are few
         "steady_step_ms": [float(ms) for ms in steady * 1000],
+        "cpu_ms_per_step": cpu_per_step(logs, first_steady),
         "startup_s": max(log.first_step_start for log in logs) - launch_time,
         "first_step_s": float(step_s[0]),
         "train_s": float(step_s.sum()),
@@ -71,6 +72,18 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
         "communication": logs[0].communication,
         "nodes": per_node(logs, first_steady),
     }
+
+
+def cpu_per_step(logs: list[RankLog], first_steady: int) -> dict:
+    """Each rank's mean user and system CPU milliseconds per steady step (every thread of its
+    process): beside the wall step time, it shows a collective that busy-waits (CPU without
+    progress) or a worker starved of its cores (less CPU than its threads could use)."""
+    def mean_ms(log: RankLog, which: int) -> float:
+        steady = [spent[which] for spent in log.cpu_s[first_steady:]]
+        return 1000 * float(np.mean(steady)) if steady else 0.0
+
+    return {"user": [mean_ms(log, 0) for log in logs],
+            "system": [mean_ms(log, 1) for log in logs]}
 
 
 def per_node(logs: list[RankLog], first_steady: int) -> list[dict]:

@@ -17,7 +17,7 @@ from parbench.run.modes import modes_schema
 from parbench.run.profiling import SUFFIX
 from parbench.run.registry import FRAMEWORKS
 
-SCHEMA_VERSION = 10  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+SCHEMA_VERSION = 11  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
 # 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix;
 # 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits);
 # 5: nnodes, node_rank (the writer), hosts (per rank), metrics.nodes (step time per node);
@@ -29,7 +29,14 @@ SCHEMA_VERSION = 10  # 2: variant, env.network_isolated, env.load_1m_start/_end,
 # 9: metrics.flops (model FLOPs per step, achieved TFLOP/s, utilisation of the measured peak,
 # MFU against a datasheet peak);
 # 10: metrics.steady_step_ms (each steady step's time), env.memory_gib and env.libraries (the
-# versions of numpy and of each framework's companion packages: jaxlib, keras, flax, optax).
+# versions of numpy and of each framework's companion packages: jaxlib, keras, flax, optax);
+# 11: sweep (a compare sweep's id, its round order's seed, the run's place in its round and,
+# for a sweep that stops when its answers are clear, the most rounds it planned),
+# metrics.cpu_ms_per_step (each rank's user and system CPU per steady step), and
+# metrics.flops.utilisation redefined: the whole run's achieved FLOP/s over the measured peak
+# of every core (device) the run used, at flops.peak_threads threads per node (before 11: per
+# device, over one worker's threads' peak, which a one-process and a multi-process run of the
+# same cores could not share).
 # Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
 # from the contract's arrays).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())

@@ -206,7 +206,7 @@ def row_cells(row: Row) -> dict[str, Cell]:
         "step ms p50": row.median(lambda m: m["step_time_ms"]["median"]),
         "step ms p90": row.median(lambda m: m["step_time_ms"]["p90"]),
         "data wait %": row.median(_wait_percent),
-        **_flops_cells(row),
+        **_flops_cells(row), **_cpu_cells(row),
         "startup s": row.median(lambda m: m["startup_s"]),
         "first step s": row.median(lambda m: m["first_step_s"]),
         **{column: row.median(lambda m, key=key: m.get(key))
@@ -224,6 +224,7 @@ def row_cells(row: Row) -> dict[str, Cell]:
 FLOPS_COLUMNS = {"TFLOP/s": ("achieved_tflops", 1), "TFLOP/s per device":
                  ("achieved_tflops_per_device", 1), "util. %": ("utilisation", 100),
                  "MFU %": ("mfu", 100)}
+CPU_COLUMNS = ("CPU ms/step per rank", "CPU busy %")
 
 
 def _flops_cells(row: Row) -> dict[str, Cell]:
@@ -233,7 +234,33 @@ def _flops_cells(row: Row) -> dict[str, Cell]:
             return None if figure is None else scale * figure
         return value
 
-    return {column: row.median(get(*field)) for column, field in FLOPS_COLUMNS.items()}
+    cells = {column: row.median(get(*field)) for column, field in FLOPS_COLUMNS.items()}
+    # before schema 11 (no flops.peak_threads) utilisation was a device's share of one
+    # worker's peak, which a one-process and a multi-process run of the same cores could not
+    # share: only the whole run's is shown
+    if any("peak_threads" not in (m.get("flops") or {}) for m in row.metrics):
+        cells["util. %"] = None
+    return cells
+
+
+def _cpu_ms(metrics: dict) -> float | None:
+    """A run's CPU milliseconds per steady step per rank (user + system, the ranks' mean)."""
+    cpu = metrics.get("cpu_ms_per_step")
+    if not cpu:
+        return None
+    return float(np.mean(np.add(cpu["user"], cpu["system"])))
+
+
+def _cpu_cells(row: Row) -> dict[str, Cell]:
+    """CPU per step beside the wall time: CPU busy % = a rank's CPU time over what its
+    threads could spend in a step (threads x the wall step time); 100 is every thread busy the
+    whole step, well above it is threads beyond those asked for, well below is waiting."""
+    cpu = row.median(_cpu_ms)
+    threads = {r["env"]["threads_per_worker"] for r in row.runs}
+    wall = row.median(lambda m: m["step_time_ms"]["median"])
+    busy = None if cpu is None or len(threads) != 1 or not wall else (
+        100 * cpu / (threads.pop() * wall))
+    return {"CPU ms/step per rank": cpu, "CPU busy %": busy}
 
 
 def _per_device(throughput: float | None, devices: int) -> float | None:

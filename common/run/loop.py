@@ -102,6 +102,7 @@ class RankLog:
     rows: int  # training rows per step on this process
     first_step_start: float = 0.0  # time.time() when step 0 began
     step_s: list[float] = field(default_factory=list)
+    cpu_s: list[tuple[float, float]] = field(default_factory=list)  # (user, system) per step
     losses: list[float] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
     peak_rss_mb: float = 0.0
@@ -115,6 +116,18 @@ class RankLog:
     diverged_step: int | None = None  # the step after which training stopped: a loss not finite
     state_bytes: list[dict] | None = None  # asdict(StateBytes) per device, after step 0
     communication: dict | None = None  # asdict(Communication) of one step
+
+
+def cpu_times() -> tuple[float, float]:
+    """This process's user and system CPU seconds so far, every thread counted: a framework's
+    intra-op pool and a collective that busy-waits show here, not in the wall time."""
+    times = os.times()
+    return times.user, times.system
+
+
+def cpu_since(start: tuple[float, float]) -> tuple[float, float]:
+    now = cpu_times()
+    return now[0] - start[0], now[1] - start[1]
 
 
 def inject_test_fault(rank: int, step: int) -> None:
@@ -231,10 +244,11 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
         if index == 0:
             log.first_step_start = time.time()
         take_step = session.take(index) if session else strategy.train_step
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_times()
         loss = take_step(batch.x, batch.y, lr)
         strategy.synchronize()
         elapsed = time.perf_counter() - start
+        log.cpu_s.append(cpu_since(cpu))
         if session:
             session.done(index)
         if index == 0:

@@ -65,6 +65,8 @@ from parbench.run.loop import (
     RankLog,
     all_finite,
     check_modes,
+    cpu_since,
+    cpu_times,
     evaluate_test_set,
     finish_rank_log,
     footprint,
@@ -260,17 +262,19 @@ class StepLog(keras.callbacks.Callback):
         self.total, self.per_epoch = strategy.total, strategy.feed.steps_per_epoch
         self.log, self.fed = RankLog(rank=0, rows=job.global_batch), FeedLog(strategy.feed)
         self.progress, self.start = Progress(job, 0, self.total), 0.0
+        self.cpu = (0.0, 0.0)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         inject_test_fault(0, batch)
         if batch == 0:
             self.log.first_step_start = time.time()
-        self.start = time.perf_counter()
+        self.start, self.cpu = time.perf_counter(), cpu_times()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         # fit fetched the loss to Python before calling this hook: the step has finished
         self.strategy.synchronize()
         elapsed = time.perf_counter() - self.start
+        self.log.cpu_s.append(cpu_since(self.cpu))
         indices, waited = self.strategy.probe.read(self.strategy.strategy)
         epoch_end = (batch + 1) % self.per_epoch == 0
         self.fed.add(Batch(None, None, indices, batch // self.per_epoch, epoch_end), waited)
