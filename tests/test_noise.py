@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import needs, parbench, records_in
+from parbench.base.errors import UsageError
 from parbench.cli import compare
-from parbench.cli.compare import Slot, busy_warning, schedule
+from parbench.cli.compare import SWEEP_STATE, Slot, busy_warning, open_sweep, round_order, schedule
 from parbench.launch.load import LoadSample, load_env
 from parbench.results.records import (
     BUSY_LOAD_PER_CORE,
@@ -35,16 +36,31 @@ BURNER = ("import sys, time\nwhile time.process_time() < 0.5: pass\nprint('done'
           "sys.stdin.read()")
 
 
-def test_schedule_is_round_robin_with_warmups_first():
-    a, b = 0, 1
-    assert schedule([2, 2], 0, set()) == [Slot(a, 0, False), Slot(b, 0, False),
-                                          Slot(a, 1, False), Slot(b, 1, False)]
-    assert schedule([2, 1], 2, set())[:4] == [Slot(a, 0, True), Slot(b, 0, True),
-                                              Slot(a, 1, True), Slot(b, 1, True)]
-    assert schedule([2, 1], 2, set())[4:] == [Slot(a, 0, False), Slot(b, 0, False),
-                                              Slot(a, 1, False)]
+def test_schedule_runs_rounds_each_in_its_own_shuffled_order_warmups_first():
+    seed = 11
+    order = [round_order(3, seed, 0, warmup=True), *(round_order(3, seed, r) for r in range(4))]
+    assert all(sorted(o) == [0, 1, 2] for o in order)  # every configuration once a round
+    assert len({tuple(o) for o in order}) > 1  # and not one fixed order
+    assert any(round_order(3, seed, r) != round_order(3, seed + 1, r) for r in range(4))
+    slots = schedule([2, 2, 1], 1, set(), seed)
+    assert slots[:3] == [Slot(c, 0, True) for c in round_order(3, seed, 0, warmup=True)]
+    assert slots[3:6] == [Slot(c, 0, False) for c in round_order(3, seed, 0)]
+    assert slots[6:] == [Slot(c, 1, False) for c in round_order(3, seed, 1) if c != 2]
     # --resume: a configuration whose every repeat is kept gets no warm-up; the others do
-    assert [s for s in schedule([2, 2], 1, {a}) if s.warmup] == [Slot(b, 0, True)]
+    assert sorted(s.config for s in schedule([2, 2], 1, {0}, seed) if s.warmup) == [1]
+
+
+def test_a_sweep_keeps_its_identity_in_its_folder_for_resume(tmp_path):
+    first = open_sweep(tmp_path / "out", resume=False, order_seed=None)
+    assert (tmp_path / "out" / SWEEP_STATE).exists() and 0 <= first.order_seed < 2**31
+    assert open_sweep(tmp_path / "out", resume=True, order_seed=None) == first
+    assert open_sweep(tmp_path / "out", resume=False, order_seed=3).id != first.id  # a new one
+    with pytest.raises(UsageError, match="whose order seed is 3, not 4"):
+        open_sweep(tmp_path / "out", resume=True, order_seed=4)
+    (tmp_path / "out" / SWEEP_STATE).write_text("{")
+    with pytest.raises(UsageError, match="cannot read"):
+        open_sweep(tmp_path / "out", resume=True, order_seed=None)
+    assert first.block(2) == {"id": first.id, "order_seed": first.order_seed, "position": 2}
 
 
 def test_busy_warning_only_above_half_a_load_per_core(monkeypatch, capsys):
@@ -118,8 +134,10 @@ def test_check_reads_v1_and_wants_the_load_in_v2(tmp_path):
     assert result.returncode == 0 and "2 record(s) checked, 0 problem(s)" in result.stdout
 
 
+ORDER_SEED = 5
 SWEEP = ["compare", "torch-single", "torch-dp", "--devices", "1", "--steps", "2",
-         "--global-batch", "32", "--repeats", "2", "--warmup-runs", "1", "--model", "mlp"]
+         "--global-batch", "32", "--repeats", "2", "--warmup-runs", "1", "--model", "mlp",
+         "--order-seed", str(ORDER_SEED)]
 
 
 @pytest.mark.slow
@@ -131,13 +149,18 @@ def test_compare_warms_up_then_runs_round_robin(tmp_path):
     assert result.returncode == 0, result.stderr
     started = [(backend, kind, int(n)) for _, total, backend, kind, n, _
                in STARTED.findall(result.stderr) if total == "6"]
-    assert started == [("torch-single", "warm-up", 1), ("torch-dp", "warm-up", 1),
-                       ("torch-single", "repeat", 1), ("torch-dp", "repeat", 1),
-                       ("torch-single", "repeat", 2), ("torch-dp", "repeat", 2)]
+    names = ("torch-single", "torch-dp")  # each round's order is drawn from --order-seed
+    assert started == [(names[c], kind, n) for kind, n, r in (
+        ("warm-up", 1, 0), ("repeat", 1, 0), ("repeat", 2, 1))
+        for c in round_order(2, ORDER_SEED, r, warmup=kind == "warm-up")]
     assert result.stderr.count("ok (discarded)") == 2
     records = records_in(out)  # the warm-ups were not written
     assert sorted((r["backend"], r["repeat"]) for r in records) == [
         ("torch-dp", 0), ("torch-dp", 1), ("torch-single", 0), ("torch-single", 1)]
+    assert len({r["sweep"]["id"] for r in records}) == 1  # one sweep, its place in each round
+    assert {(r["backend"], r["repeat"], r["sweep"]["position"], r["sweep"]["order_seed"])
+            for r in records} == {(names[c], r, position, ORDER_SEED) for r in (0, 1)
+                                  for position, c in enumerate(round_order(2, ORDER_SEED, r))}
     for record in records:
         env = record["env"]
         assert record["schema_version"] == SCHEMA_VERSION and env["load_1m_start"] >= 0

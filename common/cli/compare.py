@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 import time
+import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from parbench.base.devices import cpu_count
 from parbench.base.errors import Unavailable, UsageError
-from parbench.base.files import private_tempdir
+from parbench.base.files import private_tempdir, write_atomic
 from parbench.launch.config import Plan, RunConfig, resolve, sized
 from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
 from parbench.results.records import BUSY_LOAD_PER_CORE, machine_busy, record_name, save_record
@@ -129,16 +133,69 @@ class Slot:
     warmup: bool
 
 
-def schedule(repeats: list[int], warmup_runs: int, all_kept: set[int]) -> list[Slot]:
-    """Round-robin: warm-up 1 of every configuration, warm-up 2, ..., then repeat 0 of every
-    configuration, repeat 1, ... so that slow drift of the machine's speed (another job
-    starting, caches filling, heat) spreads over every configuration instead of landing on the
-    last ones. Configurations in ``all_kept`` (--resume: every repeat has an ok record) run
-    nothing, so they get no warm-up either."""
+def round_order(configs: int, order_seed: int, round_index: int,
+                warmup: bool = False) -> list[int]:
+    """The order of the configurations in one round (of warm-ups or of repeats): a permutation
+    drawn from the sweep's recorded seed and the round, so no configuration always runs first
+    (after the one before it warmed the caches) or last, and the order can be told again
+    from the record."""
+    rng = np.random.default_rng([order_seed, int(warmup), round_index])
+    return [int(c) for c in rng.permutation(configs)]
+
+
+def schedule(repeats: list[int], warmup_runs: int, all_kept: set[int],
+             order_seed: int) -> list[Slot]:
+    """Rounds: warm-up 1 of every configuration, warm-up 2, ..., then repeat 0 of every
+    configuration, repeat 1, ..., each round in its own shuffled order (``round_order``), so
+    that slow drift of the machine's speed (another job starting, caches filling, heat)
+    moves every configuration of a round together and cancels in a per-round ratio
+    (parbench.results.paired). Configurations in ``all_kept`` (--resume: every repeat has an
+    ok record) run nothing, so they get no warm-up either."""
     warm = [Slot(c, k, True) for k in range(warmup_runs)
-            for c in range(len(repeats)) if c not in all_kept]
+            for c in round_order(len(repeats), order_seed, k, warmup=True)
+            if c not in all_kept]
     return warm + [Slot(c, r, False) for r in range(max(repeats, default=0))
-                   for c, count in enumerate(repeats) if r < count]
+                   for c in round_order(len(repeats), order_seed, r) if r < repeats[c]]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What every record of one sweep carries (``sweep``), so the report can pair its
+    configurations round by round; kept in the --out folder, so --resume goes on with the same
+    sweep (the rounds it adds pair with the rounds kept)."""
+
+    id: str
+    order_seed: int
+    max_rounds: int | None = None  # the sequential rule's planned rounds (--until-ci)
+
+    def block(self, position: int) -> dict:
+        extra = {"max_rounds": self.max_rounds} if self.max_rounds else {}
+        return {"id": self.id, "order_seed": self.order_seed, "position": position, **extra}
+
+
+SWEEP_STATE = "parbench-sweep.state"  # not *.json: a record folder's JSON files are records
+
+
+def open_sweep(out: Path, resume: bool, order_seed: int | None) -> Sweep:
+    """This sweep's identity: the --out folder's sweep when resuming one, else a new one
+    (written there before the first run, so a stopped sweep can resume)."""
+    state = out / SWEEP_STATE
+    if resume and state.exists():
+        try:
+            kept = json.loads(state.read_text())
+            sweep = Sweep(str(kept["id"]), int(kept["order_seed"]), kept.get("max_rounds"))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UsageError(f"--resume: cannot read {state} ({err}); remove it to start a "
+                             "new sweep") from None
+        if order_seed is not None and order_seed != sweep.order_seed:
+            raise UsageError(f"--resume goes on with the sweep in {out}, whose order seed is "
+                             f"{sweep.order_seed}, not {order_seed}")
+        return sweep
+    seed = secrets.randbelow(2**31) if order_seed is None else order_seed
+    sweep = Sweep(uuid.uuid4().hex, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(state, json.dumps({"id": sweep.id, "order_seed": sweep.order_seed}).encode())
+    return sweep
 
 
 def _prepare_all(configs: list[tuple[RunConfig, Plan]], stack: ExitStack) -> list[Prepared]:
@@ -161,9 +218,9 @@ def _prepare_all(configs: list[tuple[RunConfig, Plan]], stack: ExitStack) -> lis
 
 
 def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
-              warmup_runs: int) -> SweepResult:
-    """Run every configuration's warm-ups, then its repeats, in round-robin order (see
-    ``schedule``), writing each record as soon as it exists. Warm-up runs are not written."""
+              warmup_runs: int, sweep: Sweep) -> SweepResult:
+    """Run every configuration's warm-ups, then its repeats, in rounds (see ``schedule``),
+    writing each record as soon as it exists. Warm-up runs are not written."""
     start, result = time.monotonic(), SweepResult()
     with ExitStack() as stack:
         prepared = _prepare_all(configs, stack)
@@ -171,7 +228,9 @@ def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
                 if resume and _kept(out, p, r)}
         all_kept = {c for c, p in enumerate(prepared)
                     if all((c, r) in kept for r in range(p.cfg.repeats))}
-        slots = schedule([p.cfg.repeats for p in prepared], warmup_runs, all_kept)
+        slots = schedule([p.cfg.repeats for p in prepared], warmup_runs, all_kept,
+                         sweep.order_seed)
+        positions = _positions(slots)
         for done, slot in enumerate(slots, 1):
             p = prepared[slot.config]
             count = warmup_runs if slot.warmup else p.cfg.repeats
@@ -182,17 +241,29 @@ def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
                 result.statuses.append("ok")
                 continue
             _say(f"{label}: running", start)
-            status, problem = _run_slot(p, slot, out, result)
+            status, problem = _run_slot(p, slot, out, result,
+                                        sweep.block(positions[slot]))
             _say(f"{label}: {status}{' (discarded)' if slot.warmup else ''}, "
                  f"{len(slots) - done} left" + (f"; {problem}" if problem else ""), start)
     return result
 
 
-def _run_slot(prepared: Prepared, slot: Slot, out: Path,
-              result: SweepResult) -> tuple[str, str | None]:
+def _positions(slots: list[Slot]) -> dict[Slot, int]:
+    """Each slot's place in its round (warm-ups and repeats each counted in their own)."""
+    seen: dict[tuple[bool, int], int] = {}
+    positions = {}
+    for slot in slots:
+        round_key = (slot.warmup, slot.index)
+        positions[slot] = seen.get(round_key, 0)
+        seen[round_key] = positions[slot] + 1
+    return positions
+
+
+def _run_slot(prepared: Prepared, slot: Slot, out: Path, result: SweepResult,
+              sweep_block: dict) -> tuple[str, str | None]:
     """Run one slot: a repeat's record is written and counted in ``result``, a warm-up's is
     dropped (it only warms file-system and compile caches). (status, problem writing it)."""
-    record = run_once(prepared, slot.index).record  # compare refuses --profile
+    record = run_once(prepared, slot.index, sweep=sweep_block).record  # no --profile here
     if slot.warmup:
         return record["status"], None
     _, problem = save_record(out, record)

@@ -17,7 +17,14 @@ from parbench.results.html_report import write_report
 from parbench.results.records import FolderCheck, check_folder, probe_folder
 from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 
-from .compare import choose_backends, parse_device_counts, run_sweep, sweep_configs, warn_if_busy
+from .compare import (
+    choose_backends,
+    open_sweep,
+    parse_device_counts,
+    run_sweep,
+    sweep_configs,
+    warn_if_busy,
+)
 from .explain import add_explain_parser
 from .parity import FAMILIES
 from .peak import add_peak_parser
@@ -45,6 +52,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("nothing to run: every configuration was skipped")
     if args.warmup_runs < 0:
         raise UsageError(f"--warmup-runs wants 0 or more; got {args.warmup_runs}")
+    if args.order_seed is not None and not 0 <= args.order_seed < 2**31:
+        raise UsageError(f"--order-seed wants 0 to 2**31-1; got {args.order_seed}")
     out, report_dir = Path(cfg.out), Path(args.report_dir)
     probe_folder(out, "--out")
     probe_folder(report_dir, "--report-dir")
@@ -52,8 +61,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not html:
         print("parbench: matplotlib is not installed, so the report will be Markdown only "
               "(HTML and plots need pip install 'parbench[report]')", file=sys.stderr)
+    identity = open_sweep(out, args.resume, args.order_seed)
     warn_if_busy()
-    sweep = run_sweep(configs, out, args.resume, args.warmup_runs)
+    sweep = run_sweep(configs, out, args.resume, args.warmup_runs, identity)
     records, unreadable = _readable_records(out, strict=False)
     if html:
         write_report(records, "html", report_dir / "report.html", unreadable=unreadable)
@@ -198,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--warmup-runs", type=int, default=0, metavar="K",
                          help="K discarded runs of each configuration first, to warm file-system "
                          "and compile caches (0)")
+    compare.add_argument("--order-seed", type=int, metavar="N",
+                         help="the seed each round's shuffled order is drawn from (default: "
+                         "a fresh one; each record keeps it)")
     add_run_options(compare, "compare")
     compare.set_defaults(func=cmd_compare)
     parity = sub.add_parser("parity", help=f"cross-framework checks against {REFERENCE}")

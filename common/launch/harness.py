@@ -215,9 +215,11 @@ def _check_in(prepared: Prepared, repeat: int) -> tuple[Link | None, CheckIn | N
     return check_in(plan.nodes, comparable(prepared.cfg.as_dict(), derived), ports)
 
 
-def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = None) -> Outcome:
+def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = None,
+             sweep: dict | None = None) -> Outcome:
     """One repeat (on a multi-node run: node 0's part, recording every node's); always returns
-    a record, ok or not, and a profiled ok run's profile document beside it."""
+    a record, ok or not, and a profiled ok run's profile document beside it. ``sweep``: the
+    record's sweep block, where ``compare`` ran it as one round of a sweep."""
     plan = prepared.plan
     with private_tempdir("parbench-run-") as tmp:
         run = execute(prepared, Path(tmp), repeat, save_weights_to)
@@ -229,4 +231,4 @@ def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = Non
                 shutil.copyfile(run.workdir / "final_weights.npz", save_weights_to)
     return build(Parts(cfg=prepared.cfg, plan=plan, task=prepared.task, spec=prepared.spec,
                        spec_sha256=prepared.spec_sha256, variant=run_variant(plan),
-                       repeat=repeat, run=run, fed=fed))
+                       repeat=repeat, run=run, fed=fed, sweep=sweep))

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from parbench.run.registry import BACKENDS
 
-from .intervals import Interval, Ratio, ratio
+from .intervals import Interval, Ratio
+from .paired import versus
 
 if TYPE_CHECKING:
     from .rows import Cell, Row
@@ -54,8 +55,7 @@ def shared_cores(row: Row) -> int | None:
 def _speed_ratio(row: Row, reference: Row, devices: int) -> Ratio:
     if reference is row:  # the reference itself: exactly 1, no uncertainty
         return Ratio(1.0, None)
-    bottom_ci = reference.speed_ci.scaled(devices) if reference.speed_ci else None
-    return ratio(row.throughput, row.speed_ci, devices * reference.throughput, bottom_ci)
+    return versus(row, reference, devices)
 
 
 def _efficiency_reference(row: Row, rows: list[Row]) -> Row | None:
