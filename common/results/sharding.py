@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from parbench.run.registry import BACKENDS, FRAMEWORKS
 
+from .paired import versus
 from .rows import KEY, Cell, Row
 
 MIB = 2 ** 20
@@ -105,10 +106,12 @@ def trade_line(replicated: Row, sharded: Row) -> str:
     moved = [(_moved(row) or {}).get("bytes") for row in (replicated, sharded)]
     if all(moved) and sum(moved[0].values()):
         line += f", moves {sum(moved[1].values()) / sum(moved[0].values()):.2f}x the bytes"
-    steps = [row.cells["step ms p50"] for row in (replicated, sharded)]
-    if all(steps):
-        line += f" and takes {steps[1] / steps[0]:.2f}x the step time"
-        noisy = [row.label for row in (replicated, sharded) if row.cells["noisy"] != "no"]
-        if noisy:
-            line += f" (noisy: {', '.join(noisy)}; not a difference to trust)"
+    if replicated.throughput and sharded.throughput:
+        # the same global batch a step: the step times' ratio is the throughputs' inverse
+        slower = versus(replicated, sharded)
+        line += f" and takes {slower.value:.2f}x the step time"
+        if slower.interval:
+            line += f" (95% interval {slower.interval.text()}, {slower.interval.method}" + (
+                "; holds 1: no difference to trust)" if slower.interval.low <= 1
+                <= slower.interval.high else ")")
     return line + "."
