@@ -14,9 +14,10 @@ from test_report_intervals import TITLE, on_cpu
 
 from parbench.contract.tasks import TASKS
 from parbench.results.intervals import t_interval
-from parbench.results.paired import level_of, paired_ratio, tie, versus
+from parbench.results.paired import paired_ratio, tie, versus
 from parbench.results.report import render
 from parbench.results.rows import Row
+from parbench.results.sequential import swept_interval
 from parbench.run.modes import Modes
 
 DRIFT = [0.7, 1.0, 1.3]  # the machine's speed, round by round: every configuration moves
@@ -72,8 +73,20 @@ def test_only_rounds_of_one_sweep_that_both_finished_are_paired():
     assert paired_ratio(d, c) is None  # 2 rounds left: no interval from 1 degree of freedom
 
 
-def test_a_fixed_sweep_is_read_at_95_percent():
-    assert level_of(None) == 0.95
+def test_a_sweep_that_stopped_on_its_answers_is_read_at_its_rules_level():
+    """compare --until-ci recorded the rounds it planned: the report's interval is the
+    sequential rule's (wider than 95% t), so what compare stopped on is what it prints."""
+    ratios = [1.1, 1.2, 1.0, 1.15]
+    a, b = row([100 * r for r in ratios]), row([100.0] * 4)
+    fixed = paired_ratio(a, b)
+    for run in a.runs:
+        run["sweep"]["max_rounds"] = 25
+    swept = paired_ratio(a, b)
+    expected = swept_interval(np.log(ratios), 25)
+    assert (swept.interval.low, swept.interval.high) == pytest.approx(
+        (expected.low, expected.high), rel=1e-12)
+    assert swept.interval.low < fixed.interval.low and swept.interval.high > fixed.interval.high
+    assert swept.interval.method == "paired sequential t, 4 rounds of at most 25"
 
 
 def test_the_report_takes_scaling_efficiency_round_by_round():
@@ -85,6 +98,8 @@ def test_the_report_takes_scaling_efficiency_round_by_round():
     records += [on_cpu(swept(record("torch-ddp", "torch", 2, i, 150 * d,
                                     launcher="torchrun"), position=1), 1)
                 for i, d in enumerate(DRIFT)]
-    performance = {line["backend"]: line for line in markdown_tables(render(records))[
-        ("Performance", TITLE)]}
+    tables = markdown_tables(render(records))
+    performance = {line["backend"]: line for line in tables[(TITLE, "Performance")]}
     assert float(performance["torch-ddp"]["scaling eff."]) == pytest.approx(0.75, abs=1e-3)
+    ddp = next(line for line in tables[("Headline", TITLE)] if line["devices"] == "2")
+    assert ddp["scaling eff."] == "0.75 (0.75-0.75)"  # unpaired: 0.75 (0.26-2.2)

@@ -42,30 +42,22 @@ def planned_rounds(a: Row, b: Row) -> int | None:
     return max((p for p in planned if p), default=None)
 
 
-def level_of(max_rounds: int | None) -> float:
-    """The confidence level of a paired interval: 95 %, or what the sequential rule spent on
-    each look of a sweep that stopped on its answers."""
-    if max_rounds is None:
-        return LEVEL
-    from .sequential import SequentialPlan  # the sequential rule's, so both agree
-
-    return SequentialPlan(max_rounds).level
-
-
 def paired_log_ratios(a: Row, b: Row) -> list[float]:
     """log(a / b) of each round both rows completed ok in one sweep."""
     of_a, of_b = _rounds(a), _rounds(b)
     return [math.log(of_a[key] / of_b[key]) for key in sorted(of_a.keys() & of_b.keys())]
 
 
-def t_of_logs(logs: list[float], level: float) -> tuple[float, float]:
-    """(centre, half-width) of Student's t interval of the mean of ``logs``."""
+def _t_interval(logs: list[float]) -> Interval:
+    """Student's t 95% interval of the geometric mean of the rounds' ratios."""
     from scipy import stats  # 0.6 s to import: only a report of paired rows pays it
 
     values = np.asarray(logs, dtype=float)
-    half = (stats.t.ppf(0.5 + level / 2, len(values) - 1) * values.std(ddof=1)
+    half = (stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1) * values.std(ddof=1)
             / math.sqrt(len(values)))
-    return float(values.mean()), float(half)
+    centre = float(values.mean())
+    return Interval(math.exp(centre - half), math.exp(centre + half),
+                    f"paired t, {len(values)} rounds")
 
 
 def paired_ratio(a: Row, b: Row, factor: float = 1.0) -> Ratio | None:
@@ -74,13 +66,17 @@ def paired_ratio(a: Row, b: Row, factor: float = 1.0) -> Ratio | None:
     logs = paired_log_ratios(a, b)
     if len(logs) < REPEATS_FOR_T:
         return None
-    level = level_of(planned_rounds(a, b))
-    centre, half = t_of_logs(logs, level)
-    centre -= math.log(factor)
-    method = f"paired t, {len(logs)} rounds" + (
-        f", {level:.4g} level per look" if level != LEVEL else "")
-    return Ratio(math.exp(centre), Interval(math.exp(centre - half), math.exp(centre + half),
-                                            method))
+    planned = planned_rounds(a, b)
+    if planned is None:
+        interval = _t_interval(logs)
+    else:  # the sequential rule's own interval, at its level per look
+        from .sequential import swept_interval
+
+        found = swept_interval(logs, planned)
+        interval = Interval(found.low, found.high, f"paired sequential t, {len(logs)} rounds "
+                            f"of at most {planned}")
+    centre = math.sqrt(interval.low * interval.high) / factor
+    return Ratio(centre, interval.scaled(1 / factor))
 
 
 def versus(a: Row, b: Row, factor: float = 1.0) -> Ratio:
