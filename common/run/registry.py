@@ -79,6 +79,19 @@ class Framework:
     no_sharding: str | None = None  # why it has no sharded backend (on this kind of machine)
     # installed distributions besides the framework whose versions a record keeps
     companions: tuple[str, ...] = ()
+    # Its headline approach on several devices, declared before anything is measured: the one
+    # a user of the framework would reach for on one machine. The headline shows each
+    # framework by it (at 1 device by its single backend), never by whichever approach ran
+    # fastest, which would reward the luckiest of several runs within noise of each other.
+    # None: it declares none, so it is in no headline line of several devices.
+    representative: str | None = None
+
+    def __post_init__(self) -> None:
+        names = {b.name: b for b in self.backends}
+        if self.representative is not None and not (
+                self.representative in names and names[self.representative].parallel):
+            raise ValueError(f"{self.name}: representative {self.representative!r} is not one "
+                             "of its parallel backends")
 
     @property
     def single(self) -> str:
@@ -236,7 +249,9 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                 ("torchrun", "spawn"), parallel=True, sharded=True, reshards=True,
                 replicated_twin="torch-ddp")),
         gpu_only={"sync_bn": "nn.SyncBatchNorm needs CUDA (it raises ValueError on CPU)"},
-        profile_note="under DDP communication overlaps backward (it is inside it, not added)"),
+        profile_note="under DDP communication overlaps backward (it is inside it, not added)",
+        # DistributedDataParallel: what PyTorch's docs recommend over DataParallel
+        representative="torch-ddp"),
     Framework("tensorflow", ("tensorflow",), "tensorflow", (
         Backend("tf-single", "tensorflow", "single", f"{_TF}.single", ("python",),
                 parallel=False),
@@ -270,7 +285,9 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         "over logical CPU devices (measured, TF 2.21: a [64, 32] DVariable laid out on its "
         "first axis is [32, 32] on each of 2), but no tf.distribute strategy and no Keras 3 "
         "training loop uses it",
-        companions=("keras",)),
+        companions=("keras",),
+        # tf.distribute's strategy for the devices of one machine, in a custom loop
+        representative="tf-mirrored"),
     Framework("paddle", ("paddle",), "paddle", (
         Backend("paddle-single", "paddle", "single", f"{_PD}.single", ("python",),
                 parallel=False),
@@ -289,7 +306,9 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                   "'The kernel `sync_batch_norm` is not registered', measured on Paddle 3.3.1)",
                   "precision": NO_CPU_AMP},
         profile_note="communication is a separately timed all-reduce of the gradients' size "
-        "(the real one is inside backward)"),
+        "(the real one is inside backward)",
+        # paddle.distributed.launch: the launcher Paddle's data-parallel guide starts with
+        representative="paddle-launch"),
     Framework("jax", ("jax", "flax", "optax"), "jax", (
         Backend("jax-single", "jax", "single (jit)", f"{_JX}.single", ("python",),
                 parallel=False, profile_refusal=JAX_PROFILE),
@@ -316,7 +335,9 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                   "precision=fp16": "fp16 needs loss scaling against underflowing gradients, "
                   "which neither Flax nor Optax provides; --precision bf16 (Flax's dtype on "
                   "every layer, float32 parameters) has float32's range and needs none"},
-        companions=("jaxlib", "flax", "optax")),
+        companions=("jaxlib", "flax", "optax"),
+        # jit with shardings: what JAX's docs now teach for data parallelism (not pmap)
+        representative="jax-sharded"),
 )}
 
 BACKENDS: dict[str, Backend] = {b.name: b for f in FRAMEWORKS.values() for b in f.backends}
