@@ -71,20 +71,23 @@ def test_a_changed_table_is_stale_and_check_writes_nothing(tmp_path, records, ca
     assert main([str(doc), "--root", str(tmp_path)]) == 0
     assert main([str(doc), "--root", str(tmp_path), "--check"]) == 0
     current = doc.read_text()
-    doc.write_text(current.replace("jax-pmap", "jax-pmapp"))  # a hand edit of the table
+    doc.write_text(current.replace("jax-single", "jax-singel"))  # a hand edit of the table
     capsys.readouterr()
     assert main([str(doc), "--root", str(tmp_path), "--check"]) == 1
     assert "stale: " in capsys.readouterr().out
-    assert "jax-pmapp" in doc.read_text()  # --check wrote nothing
+    assert "jax-singel" in doc.read_text()  # --check wrote nothing
+    # jax-pmap is not jax's representative: the headline says what is missing at 2 devices
+    assert "at 2 device(s): jax (its representative jax-sharded" in current
     next(records.glob("jax-pmap*")).unlink()  # the records changed
     assert main([str(doc), "--root", str(tmp_path)]) == 0
-    assert "jax-pmap" not in doc.read_text()
+    assert "2 device(s)" not in doc.read_text()
 
 
 def test_an_unknown_table_name_is_a_clear_error(tmp_path, records, capsys):
     doc = tmp_path / "doc.md"
     doc.write_text("<!-- table: results/runs Perfomance -->\n<!-- end table -->\n")
     with pytest.raises(ValueError, match=r"no table 'Perfomance'; name one of: 'Headline'; "
+                       r"\"Other approaches against their framework's representative\"; "
                        r"'Performance'; 'Accuracy and memory'; 'Environment'"):
         refresh(doc, tmp_path)
     assert main([str(doc), "--root", str(tmp_path)]) == 2

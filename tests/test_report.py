@@ -197,22 +197,30 @@ def test_accuracy_and_memory_table_holds_the_hand_computed_figures(markdown: str
     assert quality[("torch-ddp", "4")]["peak device MiB"] == "-"  # failed: nothing measured
 
 
-def test_headline_comes_first_with_the_fastest_per_framework_and_the_cells_not_to_trust(
+def test_headline_comes_first_with_each_representative_and_the_cells_not_to_trust(
         markdown: str) -> None:
     assert markdown.index("## Headline") < markdown.index(f"## {TITLE_A}")
     headline = markdown_tables(markdown)[("Headline", TITLE_A)]
     columns = ("devices", "rank", "framework", "approach", "samples/s", "vs fastest",
                "scaling eff.", "RSS MiB per rank", "device MiB per device")
-    # per device count, ranked; torch x2: torch-ddp's 190 beats torch-dp's 150; x4 failed, so
-    # no torch x4; only torch-single has an interval, so no other rank can be decided (?);
-    # the device column because torch-dp ran on devices
+    # per device count, each framework by its representative (torch-dp x2, tf-mirrored x1 and
+    # paddle-spawn x2 are not one); torch-ddp x4 failed, so no torch x4; at 2 devices neither
+    # row has an interval, so the two share rank 1, undecided (?); the device column because
+    # torch-dp ran on devices
     assert [tuple(row[c] for c in columns) for row in headline] == [
         ("1", "1", "torch", "torch-single", "110 (87.5-138)", "1", "1", "510", "n/a (CPU)"),
-        ("1", "2?", "tensorflow", "tf-mirrored", "50", "0.455", "1", "500", "n/a (CPU)"),
-        ("2", "1", "torch", "torch-ddp [torchrun]", "190", "1", "0.864", "580 / 610",
+        ("2", "=1?", "torch", "torch-ddp [torchrun]", "190", "1", "0.864", "580 / 610",
          "n/a (CPU)"),
-        ("2", "2?", "tensorflow", "tf-mirrored", "90", "0.474", "0.9", "500 / 500", "n/a (CPU)"),
-        ("2", "3?", "paddle", "paddle-spawn", "82", "0.432", "-", "500 / 500", "n/a (CPU)")]
+        ("2", "=1?", "tensorflow", "tf-mirrored", "90", "0.474", "0.9", "500 / 500",
+         "n/a (CPU)")]
+    assert ("- Not in the headline at 1 device(s): tensorflow (its representative tf-single "
+            "did not run there).\n- Not in the headline at 2 device(s): paddle (its "
+            "representative paddle-launch did not run there).\n- Not in the headline at 4 "
+            "device(s): torch (its representative torch-ddp [torchrun] has no ok repeat).\n"
+            ) in markdown
+    # spec B's only torch-single failed: a headline with no row, and why
+    assert "- Not in the headline at 1 device(s): torch (its representative torch-single " \
+        "has no ok repeat)." in markdown
     assert ("- torch: noisy: torch-single x1 (cv 9.1 %), torch-dp x2 (busy machine at start), "
             "torch-ddp [torchrun] x2 (cv 7.4 %, busy machine at start); not ok: torch-ddp "
             "[torchrun] x4 (1 of 1 repeat(s) failed: exit code 1, rank 3 died)\n"
@@ -283,8 +291,9 @@ def test_html_is_self_contained_escaped_and_plots_are_pngs(runs: Path, tmp_path:
     assert report(str(runs), "--format", "html", "--output", str(page),
                   "--plots", str(plots)) == ""
     html = page.read_text()
-    # every table: the headline, 2 per spec and the environment
-    assert html.count("<table>") == 7
+    # every table: the headline and the other approaches per spec, 2 per spec and the
+    # environment
+    assert html.count("<table>") == 9
     for heading in ("Headline", TITLE_A, TITLE_B, "Performance", "Accuracy and memory",
                     "Environment"):
         assert f">{heading}<" in html

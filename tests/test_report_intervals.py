@@ -106,12 +106,18 @@ def test_frameworks_within_noise_tie_and_one_beyond_it_ranks_below() -> None:
     records = [*repeats("torch-ddp", "torch", 2, [100.0, 102.0, 104.0], launcher="torchrun"),
                *repeats("torch-dp", "torch", 2, [99.0, 101.0, 103.0]),
                *repeats("tf-mirrored", "tensorflow", 2, [101.0, 103.0, 105.0]),
-               *repeats("paddle-spawn", "paddle", 2, [50.0, 51.0, 52.0])]
+               *repeats("paddle-launch", "paddle", 2, [50.0, 51.0, 52.0],
+                        launcher="paddle-launch")]
     lines = headline(records)
+    # the two that tie share rank 1; paddle, below both, is third
     assert [(r["rank"], r["framework"], r["approach"]) for r in lines] == [
-        ("1", "tensorflow", "tf-mirrored"),
-        ("=1", "torch", "torch-ddp [torchrun] (ties torch-dp)"),
-        ("3", "paddle", "paddle-spawn")]
+        ("=1", "tensorflow", "tf-mirrored"), ("=1", "torch", "torch-ddp [torchrun]"),
+        ("3", "paddle", "paddle-launch")]
+    # torch-dp, not torch's representative, is set against torch-ddp in a table of its own
+    others = markdown_tables(render(records))[
+        ("Other approaches against their framework's representative", TITLE)]
+    assert [(r["approach"], r["representative"], r["tie"]) for r in others] == [
+        ("torch-dp", "torch-ddp [torchrun]", "yes")]
     # 51 / 103: both intervals known, so the ratio has one, and it stays below 1
     paddle = lines[2]["vs fastest"]
     assert paddle.startswith("0.495 (") and float(paddle[7:].split("-")[1].rstrip(")")) < 1

@@ -1,41 +1,68 @@
 """The report's headline for one spec: at each device count (and node count, and modes), every
-framework's fastest approach, ranked against the other frameworks with its ratio to the fastest
-and that ratio's 95% interval; a pair whose intervals overlap is a tie, so nothing within noise
-is called faster. Beside each: its scaling efficiency with its interval and, where the devices
-shared one CPU's cores, the fair reference. Then the cells not to trust. It reads the rows
-report.py built (their ``cells`` and intervals) and imports nothing of report.py."""
+framework by its representative approach, declared in the registry before anything is measured
+(never its fastest, which would reward the luckiest of runs within noise of each other),
+ranked against the other frameworks with its ratio to the fastest and that ratio's 95%
+interval. Frameworks that tie share a rank (competition_ranks), so no rank says one is faster
+than a framework it ties. Beside each: its scaling efficiency with its interval and, where the
+devices shared one CPU's cores, the fair reference. Then the cells not to trust, and each
+framework's other approaches against its representative. It reads the rows report.py built
+(their ``cells`` and intervals) and imports nothing of report.py."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from itertools import combinations
 from typing import TYPE_CHECKING
 
 from parbench.run.modes import MODES
+from parbench.run.registry import BACKENDS, FRAMEWORKS
 
 from .intervals import Interval, Ratio, ratio
+from .ranks import Rank, competition_ranks
 from .rows import throughput_column
 
 if TYPE_CHECKING:
     from .rows import Cell, Row
 
+HEADING = "Headline"
+OTHERS = "Other approaches against their framework's representative"
 ON_DEVICES = "device MiB per device"
 NOTE = (
-    "Per device count: each framework's fastest approach (highest median "
-    "{speed}), ranked. A figure in brackets is its 95% confidence interval (How the figures "
-    "are made says how each is made). Two rows whose {speed} intervals overlap are a tie, "
-    "never one faster than the other: rank =1 ties the fastest, a rank with ? could not be "
-    "decided (no interval); an approach's 'ties' are its framework's other approaches within "
-    "noise of it. vs fastest: {speed} / the fastest row's. shared cores: the CPU cores the "
-    "devices of the run shared; there N devices can at best match one process given all their "
-    "threads, so scaling eff. (against N x one device) reads low by design, and vs 1-dev, same "
-    "threads compares with the framework's single backend given as many threads as the N "
-    "devices had together.")
+    "Per device count: each framework by its representative approach, declared before "
+    "measuring (what its users would run on one machine: at 1 device its single backend, on "
+    "several {representatives}), not by which approach ran fastest; the others are under "
+    "{others}. In brackets: the 95% confidence interval (How the figures are made). "
+    "Frameworks whose {speed} intervals "
+    "overlap tie, and ties join through each other (A = B and B = C: all three share a rank); "
+    "a rank is 1 + the frameworks ranked above it (=1, =1, 3); a pair without an interval "
+    "counts as a tie, its rank marked ?. vs fastest: {speed} / the fastest row's. shared "
+    "cores: the CPU cores the devices of the run shared; there N devices can at best match one "
+    "process given all their threads, so scaling eff. (against N x one device) reads low by "
+    "design, and vs 1-dev, same threads compares with the framework's single backend given as "
+    "many threads as the N devices had together.")
+OTHERS_NOTE = (
+    "Each framework's approaches besides its representative, at the same device count and "
+    "modes: vs representative is the approach's {speed} / its representative's, with that "
+    "ratio's 95% interval; tie: whether the two are within noise of each other, by the "
+    "headline's test (? where it cannot be decided).")
+
+
+def note(speed: str) -> str:
+    """The headline's note, for rows whose throughput column is ``speed``."""
+    declared = ", ".join(f.representative for f in FRAMEWORKS.values() if f.representative)
+    return NOTE.format(speed=speed, representatives=declared, others=OTHERS)
 
 
 def _key(row: Row) -> tuple:
     """The headline line a row competes in: its node count, device count and modes (a bf16
     row never races fp32 ones, nor a 2-node row 1-node ones), the defaults first."""
     return (row.nodes, row.devices, bool(row.modes.changed()), row.modes.label)
+
+
+def _label(row: Row) -> str:
+    """A headline line's name: '2 device(s)', '2x1 device(s) bf16'."""
+    return f"{row.devices_cell} device(s){' ' + row.modes.label if row.modes.changed() else ''}"
 
 
 def _by_framework(rows: list[Row]) -> dict[str, list[Row]]:
@@ -52,17 +79,88 @@ def tie(a: Row, b: Row) -> bool | None:
     return a.speed_ci.overlaps(b.speed_ci)
 
 
-def _fastest(rows: list[Row]) -> dict[tuple, tuple[Row, list[Row]]]:
-    """Per headline key: the framework's row with the highest median throughput (on equal
-    medians the earlier, the baseline) and its other rows within noise of it."""
-    best: dict[tuple, Row] = {}
+def _versus(row: Row, reference: Row) -> Ratio:
+    """``row``'s throughput / ``reference``'s, with its 95% interval: every ratio the headline
+    and the other approaches' table show is made here (the reference itself: exactly 1)."""
+    if row is reference:
+        return Ratio(1.0, None)
+    return ratio(row.throughput, row.speed_ci, reference.throughput, reference.speed_ci)
+
+
+def representative_backend(framework: str, devices: int) -> str | None:
+    """The backend a framework is shown by at ``devices`` devices: its single backend at 1,
+    its declared representative beyond (None: it declares none, or is unknown)."""
+    info = FRAMEWORKS.get(framework)
+    if info is None:
+        return None
+    return info.single if devices == 1 else info.representative
+
+
+def _representative(of: list[Row]) -> Row | None:
+    """Of one framework's rows in one headline line, its representative's: the backend's
+    default launcher's row where it ran with several (the first its launchers list else)."""
+    backend = representative_backend(of[0].framework, of[0].devices)
+    launchers = BACKENDS[backend].launchers if backend in BACKENDS else ()
+    found = [row for row in of if row.backend == backend]
+    found.sort(key=lambda row: launchers.index(row.launcher) if row.launcher in launchers
+               else len(launchers))
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One framework in a headline line: its representative's row, rank and ratio to the
+    line's fastest row (exactly 1 for that row)."""
+
+    row: Row
+    rank: Rank
+    versus: Ratio
+
+
+@dataclass(frozen=True)
+class Line:
+    """One headline line (a node count, device count and modes): the ranked entries, the
+    frameworks left out and why, and every other approach with its representative (None
+    where that has no throughput there)."""
+
+    label: str
+    entries: list[Entry]
+    missing: list[str]
+    others: list[tuple[Row, Row | None]]
+
+
+def _missing(framework: str, of: list[Row], representative: Row | None) -> str:
+    backend = representative_backend(framework, of[0].devices)
+    if backend is None:
+        return f"{framework} (it declares no representative for several devices)"
+    if representative is None:
+        return f"{framework} (its representative {backend} did not run there)"
+    return f"{framework} (its representative {representative.series} has no ok repeat)"
+
+
+def _line(rows: list[Row]) -> Line:
+    chosen, missing, others = [], [], []
+    for framework, of in _by_framework(rows).items():
+        found = _representative(of)
+        present = found if found is not None and found.throughput is not None else None
+        if present is None:
+            missing.append(_missing(framework, of, found))
+        else:
+            chosen.append(present)
+        others += [(row, present) for row in of
+                   if row is not found and row.throughput is not None]
+    ranked = sorted(zip(chosen, competition_ranks(chosen, tie)),
+                    key=lambda entry: (entry[1].place, -entry[0].throughput))
+    entries = [Entry(row, rank, _versus(row, ranked[0][0])) for row, rank in ranked]
+    return Line(_label(rows[0]), entries, missing, others)
+
+
+def headline_lines(rows: list[Row]) -> list[Line]:
+    """Every headline line of the rows, in order: single node, fewest devices, defaults first."""
+    per_key: dict[tuple, list[Row]] = defaultdict(list)
     for row in rows:
-        if row.throughput is not None and (_key(row) not in best
-                                           or row.throughput > best[_key(row)].throughput):
-            best[_key(row)] = row
-    return {key: (top, [r for r in rows if r is not top and _key(r) == key
-                        and r.throughput is not None and tie(r, top)])
-            for key, top in best.items()}
+        per_key[_key(row)].append(row)
+    return [_line(per_key[key]) for key in sorted(per_key)]
 
 
 def headline_columns(rows: list[Row]) -> tuple[str, ...]:
@@ -70,8 +168,8 @@ def headline_columns(rows: list[Row]) -> tuple[str, ...]:
     some row ran on devices, the fair reference only where devices shared cores."""
     speed = throughput_column(rows[0].task)
     shared = any(row.cells["shared cores"] for row in rows)
-    columns = ("devices", *(mode.column for mode in MODES.values() if mode.headline), "rank",
-               "framework", "approach", speed, "vs fastest", "scaling eff.",
+    columns = ("devices", *_mode_columns(), "rank", "framework", "approach", speed,
+               "vs fastest", "scaling eff.",
                *(("shared cores", "vs 1-dev, same threads") if shared else ()),
                # the task's first quality figure (accuracy; a language model's val loss)
                next(iter(rows[0].task.quality_columns)), "util. %", "MFU %", "RSS MiB per rank")
@@ -79,30 +177,12 @@ def headline_columns(rows: list[Row]) -> tuple[str, ...]:
     return (*columns, ON_DEVICES) if on_devices else columns
 
 
+def _mode_columns() -> tuple[str, ...]:
+    return tuple(mode.column for mode in MODES.values() if mode.headline)
+
+
 def _with_interval(value: float | None, interval: Interval | None) -> str | None:
     return None if value is None else Ratio(value, interval).text()
-
-
-def _rank(position: int, row: Row, top: Row) -> str:
-    if row is top:
-        return "1"
-    tied = tie(row, top)
-    return f"{position}?" if tied is None else "=1" if tied else str(position)
-
-
-def _cells(row: Row, tied: list[Row], top: Row, position: int) -> dict[str, Cell]:
-    versus = Ratio(1.0, None) if row is top else ratio(row.throughput, row.speed_ci,
-                                                        top.throughput, top.speed_ci)
-    cells = row.cells
-    return {"rank": _rank(position, row, top), "framework": row.framework,
-            "approach": row.series + (f" (ties {', '.join(r.series for r in tied)})"
-                                      if tied else ""),
-            throughput_column(row.task): _with_interval(row.throughput, row.speed_ci),
-            "vs fastest": versus.text(),
-            "scaling eff.": _with_interval(cells["scaling eff."], _interval(row, "scaling eff.")),
-            "vs 1-dev, same threads": _with_interval(
-                cells["vs single same threads"], _interval(row, "vs single same threads")),
-            "shared cores": cells["shared cores"]}
 
 
 def _interval(row: Row, name: str) -> Interval | None:
@@ -110,35 +190,59 @@ def _interval(row: Row, name: str) -> Interval | None:
     return None if low is None else Interval(low, high, "")
 
 
+def _cells(entry: Entry) -> dict[str, Cell]:
+    row, cells = entry.row, entry.row.cells
+    return {"rank": entry.rank.text(), "framework": row.framework, "approach": row.series,
+            throughput_column(row.task): _with_interval(row.throughput, row.speed_ci),
+            "vs fastest": entry.versus.text(),
+            "scaling eff.": _with_interval(cells["scaling eff."], _interval(row, "scaling eff.")),
+            "vs 1-dev, same threads": _with_interval(
+                cells["vs single same threads"], _interval(row, "vs single same threads")),
+            "shared cores": cells["shared cores"]}
+
+
 def headline_rows(rows: list[Row]) -> list[tuple[Row, dict[str, Cell]]]:
-    """(row, the headline's own cells) of each framework's fastest row per headline key,
-    ranked within the key, the keys in order (single node, fewest devices, defaults first)."""
-    per_key: dict[tuple, list[tuple[Row, list[Row]]]] = defaultdict(list)
-    for of in _by_framework(rows).values():
-        for key, best in _fastest(of).items():
-            per_key[key].append(best)
-    lines = []
-    for key in sorted(per_key):
-        ranked = sorted(per_key[key], key=lambda best: -best[0].throughput)
-        top = ranked[0][0]
-        lines += [(row, row.cells | _cells(row, tied, top, position))
-                  for position, (row, tied) in enumerate(ranked, start=1)]
-    return lines
+    """(row, the headline's own cells) of each framework's representative per headline line,
+    ranked within the line, the lines in order."""
+    return [(entry.row, entry.row.cells | _cells(entry))
+            for line in headline_lines(rows) for entry in line.entries]
 
 
 def tie_lines(rows: list[Row]) -> list[str]:
-    """Per headline key, the pairs of frameworks (their fastest approaches) that tie."""
-    lines = []
-    chosen = [row for row, _ in headline_rows(rows)]
-    for key in sorted({_key(row) for row in chosen}):
-        line = [r for r in chosen if _key(r) == key]
-        pairs = [f"{a.framework} = {b.framework}" for i, a in enumerate(line)
-                 for b in line[i + 1:] if tie(a, b)]
+    """Per headline line, the pairs of frameworks (their representatives) that tie, and the
+    frameworks left out of it because their representative has no figure there."""
+    notes = []
+    for line in headline_lines(rows):
+        pairs = [f"{a.row.framework} = {b.row.framework}"
+                 for a, b in combinations(line.entries, 2) if tie(a.row, b.row)]
         if pairs:
-            lines.append(f"Ties at {line[0].devices_cell} device(s)"
-                         f"{' ' + line[0].modes.label if line[0].modes.changed() else ''}: "
-                         f"{', '.join(pairs)}.")
-    return lines
+            notes.append(f"Ties at {line.label}: {', '.join(pairs)}.")
+        if line.missing:
+            notes.append(f"Not in the headline at {line.label}: {', '.join(line.missing)}.")
+    return notes
+
+
+def others_columns(rows: list[Row]) -> tuple[str, ...]:
+    speed = throughput_column(rows[0].task)
+    return ("devices", *_mode_columns(), "framework", "approach", speed, "representative",
+            "vs representative", "tie")
+
+
+def others_rows(rows: list[Row]) -> list[dict[str, Cell]]:
+    """Per headline line, each framework's other approaches: its throughput, and its ratio to
+    the framework's representative there (none where that has no throughput)."""
+    table = []
+    for line in headline_lines(rows):
+        for row, reference in line.others:
+            verdict = tie(row, reference) if reference else None
+            table.append(row.cells | {
+                "framework": row.framework, "approach": row.series,
+                throughput_column(row.task): _with_interval(row.throughput, row.speed_ci),
+                "representative": reference.series if reference else None,
+                "vs representative": _versus(row, reference).text() if reference else None,
+                "tie": None if reference is None else "?" if verdict is None
+                else "yes" if verdict else "no"})
+    return table
 
 
 def _why_noisy(row: Row) -> str:

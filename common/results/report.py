@@ -14,6 +14,7 @@ from tabulate import tabulate
 from parbench.contract.tasks import Task
 from parbench.run.registry import FRAMEWORKS
 
+from . import headline
 from .accuracy_change import (
     CHANGE_COLUMNS,
     CHANGE_NOTE,
@@ -24,8 +25,6 @@ from .accuracy_change import (
 from .envrows import COLUMNS as ENVIRONMENT
 from .envrows import environment_rows
 from .groups import build_groups
-from .headline import NOTE as HEADLINE_NOTE
-from .headline import headline_columns, headline_rows, limit_lines, tie_lines, warnings
 from .methods import methods
 from .noderows import node_rows
 from .provenance import provenance_lines
@@ -172,19 +171,37 @@ def _table(caption: str, headers: tuple[str, ...], rows: list[dict[str, Cell]],
 
 
 def _headline(group: Group) -> Table:
-    best = headline_rows(group.rows)
+    best = headline.headline_rows(group.rows)
     lines = [(row.nodes, row.devices, row.modes.label) for row, _ in best]
-    table = _table(group.title, headline_columns(group.rows),
+    table = _table(group.title, headline.headline_columns(group.rows),
                    [cells for _, cells in best],
                    ["first" if i == 0 or lines[i - 1] != line else ""
                     for i, line in enumerate(lines)])
-    table.notes += tie_lines(group.rows)
-    table.notes += limit_lines(group.rows)
-    table.notes += warnings(group.rows) or ["No noisy or failed cells."]
+    if not best:
+        table.notes.append("No framework's representative has an ok run in this spec.")
+    table.notes += headline.tie_lines(group.rows)
+    table.notes += headline.limit_lines(group.rows)
+    table.notes += headline.warnings(group.rows) or ["No noisy or failed cells."]
     if group.diverged:
         table.notes.append("Diverged, in no table but Diverged runs: "
                            + ", ".join(row.label for row in group.diverged) + ".")
     return table
+
+
+def _others(groups: list[Group]) -> list[Section]:
+    """Each spec's other approaches, each against its framework's representative; none where
+    no framework ran more than its representative."""
+    tables = []
+    for group in groups:
+        rows = headline.others_rows(group.rows)
+        if rows:
+            lines = [tuple(row[c] for c in ("devices", *MODE_COLUMNS)) for row in rows]
+            tables.append(_table(group.title, headline.others_columns(group.rows), rows,
+                                 ["first" if i == 0 or lines[i - 1] != line else ""
+                                  for i, line in enumerate(lines)]))
+    speeds = " / ".join(dict.fromkeys(throughput_column(g.task) for g in groups))
+    return [Section(headline.OTHERS, None, tables,
+                    [headline.OTHERS_NOTE.format(speed=speeds)])] if tables else []
 
 
 def _per_node(group: Group) -> list[Table]:
@@ -238,9 +255,9 @@ def _unreadable(unreadable: dict[str, str]) -> Section:
 def document(groups: list[Group],
              unreadable: dict[str, str] | None = None) -> tuple[str, list[str], list[Section]]:
     """(title, intro, sections): what the Markdown and the HTML report both show, top-down:
-    the headline, each spec's tables (Per node only where a run spanned nodes), the profiled
-    runs' phases (kept out of every other
-    table), the files this version cannot read (``unreadable``: file -> reason, where any),
+    the headline, each framework's other approaches against its representative, each spec's
+    tables (Per node only where a run spanned nodes), the profiled runs' phases (kept out of
+    every other table), the files this version cannot read (``unreadable``: file -> reason, where any),
     how the figures are made, the environment."""
     records = sum(len(row.runs) for g in groups for row in g.all_rows)
     intro = [f"{records} record(s) of {len(groups)} spec(s)."]
@@ -253,8 +270,8 @@ def document(groups: list[Group],
     plain = [g for g in groups if g.rows]  # a spec with only profiled runs has no such tables
     speeds = " / ".join(dict.fromkeys(throughput_column(g.task) for g in plain))
     mixed = provenance_lines([r for g in groups for row in g.all_rows for r in row.runs])
-    sections = [Section("Headline", None, [_headline(g) for g in plain],
-                        [*mixed, HEADLINE_NOTE.format(speed=speeds)])] if plain else []
+    sections = [Section(headline.HEADING, None, [_headline(g) for g in plain],
+                        [*mixed, headline.note(speeds)]), *_others(plain)] if plain else []
     sections += [Section(g.title, g.sha, [
         _table("Performance", performance_columns(g.task), [row.cells for row in g.rows],
                _marks(g.rows)),
