@@ -1,8 +1,9 @@
 """Renders the HTML report of a records folder in a real headless browser (Debian's chromium)
 in a 1400x1000 window, and checks with the browser's own layout that the page fits the window
-(no horizontal scrolling), that every figure decodes, that the headline comes first and that
-its first table fits the first screen whole (no scrolling inside its box, its bottom within
-the window's height).
+(no horizontal scrolling), that every figure decodes, that the headline comes first, that it
+opens with its forest plot before any table and that the plot fits the first screen whole (its
+bottom within the window's height; without a plot, the headline's first table must), and that
+no headline table scrolls inside its box.
 Writes the page, a screenshot of the first screen and one of the whole page to look at.
 
     python benchmarks/report_in_browser.py [RECORDS] [--out DIR] [--chromium PATH]
@@ -38,15 +39,18 @@ window.addEventListener("load", () => {
     scrollHeight: root.scrollHeight, images: images.length,
     decoded: images.filter(i => i.complete && i.naturalWidth > 0).length,
     headings: [...document.querySelectorAll("h2")].map(h => h.textContent),
-    headline: headlineBoxes().map(box => ({
+    headline: headlineBoxes("div.scroll").map(box => ({
       scrollWidth: box.scrollWidth, clientWidth: box.clientWidth,
-      bottom: box.getBoundingClientRect().bottom + window.scrollY}))});
+      bottom: box.getBoundingClientRect().bottom + window.scrollY})),
+    figures: headlineBoxes("figure").map(figure => ({
+      bottom: figure.getBoundingClientRect().bottom + window.scrollY,
+      beforeTables: headlineBoxes("div.scroll").every(box => after(figure, box))}))});
 });
-// the table boxes between the first h2 (the headline) and the next one
-function headlineBoxes() {
+const after = (a, b) => a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING;
+// the elements between the first h2 (the headline) and the next one
+function headlineBoxes(selector) {
   const [start, end] = document.querySelectorAll("h2");
-  const after = (a, b) => a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING;
-  return [...document.querySelectorAll("div.scroll")].filter(
+  return [...document.querySelectorAll(selector)].filter(
     box => start && after(start, box) && (!end || after(box, end)));
 }
 </script>"""
@@ -94,9 +98,15 @@ def problems(found: dict) -> list[str]:
         if box["scrollWidth"] > box["clientWidth"]:
             wrong.append(f"headline table {i} is {box['scrollWidth']} px wide in its "
                          f"{box['clientWidth']}-px box: it scrolls sideways")
-    if found["headline"] and found["headline"][0]["bottom"] > WINDOW[1]:
-        wrong.append(f"the headline's first table ends {found['headline'][0]['bottom']:.0f} px "
-                     f"down, below the first {WINDOW[1]}-px screen")
+    figures = found.get("figures", [])
+    if figures and not figures[0]["beforeTables"]:
+        wrong.append("the headline's forest plot does not come before its tables")
+    # the answer on the first screen: the forest plot where there is one, else the table
+    first, what = (figures[0], "forest plot") if figures else (
+        found["headline"][0] if found["headline"] else None, "first table")
+    if first and first["bottom"] > WINDOW[1]:
+        wrong.append(f"the headline's {what} ends {first['bottom']:.0f} px down, below the "
+                     f"first {WINDOW[1]}-px screen")
     return wrong
 
 

@@ -305,9 +305,12 @@ def test_html_is_self_contained_escaped_and_plots_are_pngs(runs: Path, tmp_path:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "&lt;img src=x onerror=alert(2)&gt;" in html
     assert "http://" not in html and "https://" not in html  # opens offline
-    # 4 figures per spec with an ok run, inline and as files, both next to the page and in DIR
+    # 4 figures per spec with an ok run and the forest plot of spec A's headline (spec B's has
+    # no row), inline and as files, both next to the page and in DIR
     beside = sorted(p.name for p in page.parent.glob("report-*.png"))
-    assert len(beside) == 8 and html.count('<img src="data:image/png;base64,') == 8
+    assert len(beside) == 9 and html.count('<img src="data:image/png;base64,') == 9
+    assert html.index('alt="Headline: each framework against the fastest') < html.index(
+        "<table>")
     assert sorted(f"report-{p.name}" for p in plots.glob("*.png")) == beside
     for png in [*plots.glob("*.png"), *page.parent.glob("*.png")]:
         assert png.read_bytes().startswith(PNG_SIGNATURE) and png.stat().st_size > 1000

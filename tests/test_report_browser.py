@@ -1,8 +1,8 @@
 """The HTML report in a real headless browser (Debian's chromium): benchmarks/report_in_browser.py
 renders the page of a small records folder, with a failure whose error is one long unbroken
 line, in a 1400-px window and checks with the browser's layout that it does not scroll
-sideways, that every figure decodes and that the headline comes first. Skipped, with its
-reason, where no chromium is installed."""
+sideways, that every figure decodes, that the headline comes first and opens with its forest
+plot before any table. Skipped, with its reason, where no chromium is installed."""
 
 from __future__ import annotations
 
@@ -50,8 +50,11 @@ def test_the_report_fits_a_1400_px_window(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.rstrip().endswith(": ok"), done.stdout
-    assert "20/20 figures decoded" in done.stdout  # 4 per spec
+    # 4 per spec, and a forest plot per spec whose headline has a row (spec B's has none)
+    assert "24/24 figures decoded" in done.stdout
     page = (out / "report.html").read_text()
+    forests = [i for i in range(len(page)) if page.startswith('alt="Headline: each', i)]
+    assert len(forests) == 4 and forests[-1] < page.index("<table>")
     assert LONG_ERROR in page and "MFU %" in page and "closest to the limit" in page
     assert "<h2>Did N devices change the result</h2>" in page
     assert ">shared cores</th>" in page and ">vs 1-dev, same threads</th>" in page
@@ -94,3 +97,22 @@ def test_the_check_sees_a_headline_table_that_scrolls_in_its_box_or_starts_too_l
         "it scrolls sideways",
         f"the headline's first table ends {box['bottom']:.0f} px down, below the first "
         "1000-px screen"]
+
+
+def test_the_check_sees_a_forest_plot_after_the_tables_or_below_the_first_screen(
+        tmp_path: Path) -> None:
+    """The headline's figure comes after its table and ends below the first screen: both are
+    named, and the table's own position no longer is (the plot is the answer on screen)."""
+    page = tmp_path / "late.html"
+    page.write_text("<!DOCTYPE html><html><head><title>t</title></head><body>"
+                    "<h2>Headline</h2><div class='scroll'><table><tr><td>1</td></tr></table>"
+                    "</div><p style='height: 1200px'>long notes</p>"
+                    "<figure style='height: 100px'>the forest</figure>"
+                    "<h2>Next</h2><figure>not the headline's</figure></body></html>")
+    script = _script()
+    found = script.measure(CHROMIUM, page)
+    assert len(found["figures"]) == 1 and len(found["headline"]) == 1
+    assert script.problems(found) == [
+        "the headline's forest plot does not come before its tables",
+        f"the headline's forest plot ends {found['figures'][0]['bottom']:.0f} px down, below "
+        "the first 1000-px screen"]

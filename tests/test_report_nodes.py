@@ -168,4 +168,5 @@ def test_html_page_has_the_per_node_table_and_its_plots_draw() -> None:
     # the headline's 5 device and node counts, and torch's first row in the performance and
     # accuracy tables
     assert html.count('<tr class="first') == 3 + 5 + 2
-    assert html.count('<img src="data:image/png;base64,') == 4
+    # the throughput, step time, memory and curves figures and the headline's forest plot
+    assert html.count('<img src="data:image/png;base64,') == 5

@@ -76,10 +76,13 @@ def _figure(plot: Plot) -> str:
 
 
 def to_html(title: str, intro: list[str], sections: list[Section], plots: list[Plot]) -> str:
-    """The page; each table of a spec is followed by the plots drawn from it."""
+    """The page; each table of a spec is followed by the plots drawn from it, and a plot drawn
+    for a whole section (the headline's forest plot) opens it, before its notes and tables: the
+    answer as a picture first."""
     body = [f"<h1>{escape(title)}</h1>", *(f"<p>{escape(line)}</p>" for line in intro)]
     for section in sections:
         body.append(f"<h2>{escape(section.heading)}</h2>")
+        body += [_figure(p) for p in plots if p.table == section.heading]
         body += [f"<p>{escape(note)}</p>" for note in section.notes]
         for table in section.tables:
             body.append(_table(table))

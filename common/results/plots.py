@@ -2,8 +2,9 @@
 imports this module, and only when plots are asked for, so Markdown/CSV need no matplotlib.
 
 Each figure has one panel per framework (frameworks are never mixed in one set of bars or
-lines), legends sit outside the axes, and every figure is at most WIDTH inches wide, so the
-page shows it whole in a 1400-px window."""
+lines), but the headline's forest plot, whose point is to set them side by side; legends sit
+outside the axes, and every figure is at most WIDTH inches wide, so the page shows it whole
+in a 1400-px window."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from .headline import HEADING, Entry, Line, headline_lines
 from .rows import throughput_column
 
 if TYPE_CHECKING:  # types only
@@ -38,7 +40,8 @@ LINESTYLES = ("-", "--", ":", "-.")
 class Plot:
     spec: str  # spec_sha256 of the group it shows
     kind: str
-    table: str  # the caption of the table the page shows it under
+    table: str  # the caption of the table the page shows it under, or the heading of the
+    # section it opens (the headline's forest plot)
     title: str
     png: bytes
 
@@ -232,7 +235,61 @@ def _confusion(rows: list[Row]) -> Figure | None:
     return fig
 
 
+FOREST_COLUMNS = 3  # headline lines side by side; more lines wrap onto further rows
+
+
+def forest_points(entries: list[Entry]) -> list[tuple[str, float, float | None, float | None]]:
+    """(label, vs fastest, interval low, high) of each entry of a headline line, top-down: what
+    the forest plot draws, the headline's own 'vs fastest' figures."""
+    return [(f"{entry.rank.text()}  {entry.row.framework}: {entry.row.series}",
+             entry.versus.value, *((entry.versus.interval.low, entry.versus.interval.high)
+                                   if entry.versus.interval else (None, None)))
+            for entry in entries]
+
+
+def _forest_panel(ax: Axes, line: Line) -> None:
+    """One headline line: each framework's ratio to the fastest as a dot, its 95% interval as
+    a bar, a line at 1; frameworks that share a rank (a tie) share a colour."""
+    places = list(dict.fromkeys(entry.rank.place for entry in line.entries))
+    points = forest_points(line.entries)
+    for y, (entry, (_, value, low, high)) in enumerate(zip(line.entries, points)):
+        color = f"C{places.index(entry.rank.place) % 10}"
+        xerr = None if low is None else [[value - low], [high - value]]
+        # the fastest is 1 by definition (a diamond); hollow: a ratio without an interval
+        ax.errorbar(value, y, xerr=xerr, fmt="D" if y == 0 else "o", capsize=4, color=color,
+                    markersize=7, markerfacecolor="white" if y and low is None else color)
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_yticks(range(len(points)), [label for label, *_ in points])
+    ax.set_ylim(len(line.entries) - 0.5, -0.5)
+    ax.set_title(line.label)
+
+
+def _forest(rows: list[Row]) -> Figure | None:
+    """The headline as a picture, one panel per headline line; None where no line has a
+    framework to show."""
+    lines = [line for line in headline_lines(rows) if line.entries]
+    if not lines:
+        return None
+    columns = min(FOREST_COLUMNS, len(lines))
+    panels = -(-len(lines) // columns)
+    tallest = max(len(line.entries) for line in lines)
+    fig, axes = _figure(0.75 + panels * (0.35 + 0.22 * tallest), rows=panels,
+                        widths=[1] * columns, sharex=True)
+    for ax in axes.flat[len(lines):]:
+        ax.set_axis_off()
+    for ax, line in zip(axes.flat, lines):
+        _forest_panel(ax, line)
+    highest = max(high or value for line in lines
+                  for _, value, _, high in forest_points(line.entries))
+    axes.flat[0].set_xlim(0, max(1.05, highest * 1.05))
+    fig.supxlabel(f"vs fastest: {throughput_column(rows[0].task)} / the fastest's (diamond: "
+                  "the fastest); bar: 95% interval (hollow dot: none); one colour, one rank: "
+                  "tied frameworks share both (=); ? undecided", fontsize="small")
+    return fig
+
+
 FIGURES: tuple[tuple[str, str, str, Callable[[list[Row]], Figure | None]], ...] = (
+    ("forest", HEADING, "Headline: each framework against the fastest", _forest),
     ("throughput", "Performance", "Throughput per backend and device count", _throughput),
     ("step-time", "Performance", "Step time distribution", _step_times),
     ("memory", "Accuracy and memory", "Peak memory per rank and per device", _memory),
