@@ -17,7 +17,8 @@ import pytest
 from conftest import needs, parbench, records_in
 from parbench.base.errors import UsageError
 from parbench.cli import compare
-from parbench.cli.compare import SWEEP_STATE, Slot, busy_warning, open_sweep, round_order, schedule
+from parbench.cli.compare import Slot, busy_warning, round_order, schedule
+from parbench.cli.sweep_state import SWEEP_STATE, open_sweep
 from parbench.launch.load import LoadSample, load_env
 from parbench.results.records import (
     BUSY_LOAD_PER_CORE,

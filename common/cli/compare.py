@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import sys
 import time
-import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,11 +18,13 @@ import numpy as np
 
 from parbench.base.devices import cpu_count
 from parbench.base.errors import Unavailable, UsageError
-from parbench.base.files import private_tempdir, write_atomic
+from parbench.base.files import private_tempdir
 from parbench.launch.config import Plan, RunConfig, resolve, sized
 from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
 from parbench.results.records import BUSY_LOAD_PER_CORE, machine_busy, record_name, save_record
 from parbench.run.registry import BACKENDS, Backend
+
+from .sweep_state import Sweep
 
 
 @dataclass(frozen=True)
@@ -158,46 +159,6 @@ def schedule(repeats: list[int], warmup_runs: int, all_kept: set[int],
                    for c in round_order(len(repeats), order_seed, r) if r < repeats[c]]
 
 
-@dataclass(frozen=True)
-class Sweep:
-    """What every record of one sweep carries (``sweep``), so the report can pair its
-    configurations round by round; kept in the --out folder, so --resume goes on with the same
-    sweep (the rounds it adds pair with the rounds kept)."""
-
-    id: str
-    order_seed: int
-    max_rounds: int | None = None  # the sequential rule's planned rounds (--until-ci)
-
-    def block(self, position: int) -> dict:
-        extra = {"max_rounds": self.max_rounds} if self.max_rounds else {}
-        return {"id": self.id, "order_seed": self.order_seed, "position": position, **extra}
-
-
-SWEEP_STATE = "parbench-sweep.state"  # not *.json: a record folder's JSON files are records
-
-
-def open_sweep(out: Path, resume: bool, order_seed: int | None) -> Sweep:
-    """This sweep's identity: the --out folder's sweep when resuming one, else a new one
-    (written there before the first run, so a stopped sweep can resume)."""
-    state = out / SWEEP_STATE
-    if resume and state.exists():
-        try:
-            kept = json.loads(state.read_text())
-            sweep = Sweep(str(kept["id"]), int(kept["order_seed"]), kept.get("max_rounds"))
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise UsageError(f"--resume: cannot read {state} ({err}); remove it to start a "
-                             "new sweep") from None
-        if order_seed is not None and order_seed != sweep.order_seed:
-            raise UsageError(f"--resume goes on with the sweep in {out}, whose order seed is "
-                             f"{sweep.order_seed}, not {order_seed}")
-        return sweep
-    seed = secrets.randbelow(2**31) if order_seed is None else order_seed
-    sweep = Sweep(uuid.uuid4().hex, seed)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(state, json.dumps({"id": sweep.id, "order_seed": sweep.order_seed}).encode())
-    return sweep
-
-
 def _prepare_all(configs: list[tuple[RunConfig, Plan]], stack: ExitStack) -> list[Prepared]:
     """Every configuration's inputs, on disk until ``stack`` closes: round-robin needs them
     all at once. Configurations that differ only in what a sweep varies (backend, device
@@ -217,10 +178,16 @@ def _prepare_all(configs: list[tuple[RunConfig, Plan]], stack: ExitStack) -> lis
     return prepared
 
 
+# (round index, that round's seconds, the sweep's seconds so far) -> whether to stop there
+AfterRound = Callable[[int, float, float], bool]
+
+
 def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
-              warmup_runs: int, sweep: Sweep) -> SweepResult:
+              warmup_runs: int, sweep: Sweep, after_round: AfterRound | None = None
+              ) -> SweepResult:
     """Run every configuration's warm-ups, then its repeats, in rounds (see ``schedule``),
-    writing each record as soon as it exists. Warm-up runs are not written."""
+    writing each record as soon as it exists; warm-up runs are not written. ``after_round``,
+    asked at the end of each round of repeats, may stop the sweep there."""
     start, result = time.monotonic(), SweepResult()
     with ExitStack() as stack:
         prepared = _prepare_all(configs, stack)
@@ -230,22 +197,45 @@ def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
                     if all((c, r) in kept for r in range(p.cfg.repeats))}
         slots = schedule([p.cfg.repeats for p in prepared], warmup_runs, all_kept,
                          sweep.order_seed)
-        positions = _positions(slots)
+        positions, round_start = _positions(slots), start
         for done, slot in enumerate(slots, 1):
             p = prepared[slot.config]
-            count = warmup_runs if slot.warmup else p.cfg.repeats
-            label = (f"[{done}/{len(slots)}] {p.cfg.backend} x{p.plan.world_size} "
-                     f"{'warm-up' if slot.warmup else 'repeat'} {slot.index + 1}/{count}")
+            label = _label(done, len(slots), slot, p, warmup_runs, after_round is None)
             if not slot.warmup and (slot.config, slot.index) in kept:
                 _say(f"{label}: kept (an ok record exists)", start)
                 result.statuses.append("ok")
+            else:
+                _say(f"{label}: running", start)
+                status, problem = _run_slot(p, slot, out, result, sweep.block(positions[slot]))
+                left = f", {len(slots) - done} left" if after_round is None else ""
+                _say(f"{label}: {status}{' (discarded)' if slot.warmup else ''}{left}"
+                     + (f"; {problem}" if problem else ""), start)
+            now = time.monotonic()
+            if slot.warmup or not _ends_round(slots, done):
+                round_start = now if slot.warmup else round_start
                 continue
-            _say(f"{label}: running", start)
-            status, problem = _run_slot(p, slot, out, result,
-                                        sweep.block(positions[slot]))
-            _say(f"{label}: {status}{' (discarded)' if slot.warmup else ''}, "
-                 f"{len(slots) - done} left" + (f"; {problem}" if problem else ""), start)
+            if after_round and after_round(slot.index, now - round_start, now - start):
+                break
+            round_start = now
     return result
+
+
+def _label(done: int, total: int, slot: Slot, prepared: Prepared, warmup_runs: int,
+           fixed: bool) -> str:
+    """'[3/8] torch-ddp x2 repeat 2/4'; a sweep that stops on its answers knows no total:
+    '[3] torch-ddp x2 round 2'."""
+    what = f"{prepared.cfg.backend} x{prepared.plan.world_size}"
+    if slot.warmup:
+        return f"[{done}{f'/{total}' if fixed else ''}] {what} warm-up {slot.index + 1}/" \
+               f"{warmup_runs}"
+    if fixed:
+        return f"[{done}/{total}] {what} repeat {slot.index + 1}/{prepared.cfg.repeats}"
+    return f"[{done}] {what} round {slot.index + 1}"
+
+
+def _ends_round(slots: list[Slot], done: int) -> bool:
+    """Whether slot ``done`` (1-based) is the last of its round of repeats."""
+    return done == len(slots) or slots[done].index != slots[done - 1].index
 
 
 def _positions(slots: list[Slot]) -> dict[Slot, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from tabulate import tabulate
@@ -15,11 +16,12 @@ from parbench.launch.lifetime import Terminated, become_subreaper, handle_termin
 from parbench.launch.options import OPTIONS
 from parbench.results.html_report import write_report
 from parbench.results.records import FolderCheck, check_folder, probe_folder
+from parbench.results.sequential import DEFAULT_BUDGET_MINUTES, MAX_ROUNDS
 from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 
 from .compare import (
+    AfterRound,
     choose_backends,
-    open_sweep,
     parse_device_counts,
     run_sweep,
     sweep_configs,
@@ -30,6 +32,8 @@ from .parity import FAMILIES
 from .peak import add_peak_parser
 from .run_command import add_node_options, add_run_options, cmd_run, config_from_args
 from .slurm import add_slurm_parser
+from .sweep_state import Sweep, open_sweep, save_sweep
+from .until_clear import UntilClear, checked_until
 
 EXIT_USAGE = 2
 REPORT_FORMATS = ("md", "csv", "html")
@@ -44,6 +48,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("--profile is for 'parbench run': profiled runs are never compared")
     if args.save_weights:
         raise UsageError("--save-weights is for 'parbench run': compare keeps no weights")
+    until = None
+    if args.until_ci is not None or args.budget is not None:
+        if args.repeats is not None:
+            raise UsageError("--repeats or --until-ci: a sweep that stops when its answers are "
+                             "clear runs as many rounds as that takes, within --budget")
+        until = checked_until(args.until_ci, args.budget)
+        cfg = replace(cfg, repeats=MAX_ROUNDS)
     backends = choose_backends(args.backends, args.framework)
     configs, skipped = sweep_configs(cfg, backends, parse_device_counts(args.device_counts))
     for skip in skipped:
@@ -62,17 +73,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print("parbench: matplotlib is not installed, so the report will be Markdown only "
               "(HTML and plots need pip install 'parbench[report]')", file=sys.stderr)
     identity = open_sweep(out, args.resume, args.order_seed)
+    rule = None if until is None else UntilClear(*until, out, identity.id, identity.max_rounds)
     warn_if_busy()
-    sweep = run_sweep(configs, out, args.resume, args.warmup_runs, identity)
+    sweep = run_sweep(configs, out, args.resume, args.warmup_runs, identity,
+                      None if rule is None else _asked_after_round(rule, identity, out))
     records, unreadable = _readable_records(out, strict=False)
     if html:
         write_report(records, "html", report_dir / "report.html", unreadable=unreadable)
     print(write_report(records, "md", report_dir / "report.md", unreadable=unreadable), end="")
     print(f"{len(sweep.statuses)} run(s), records in {out}; report in {report_dir}",
           file=sys.stderr)
+    for line in rule.summary() if rule else []:
+        print(line, file=sys.stderr)
     for problem in sweep.unsaved:
         print(f"parbench: error: {problem}", file=sys.stderr)
     return 0 if all(s == "ok" for s in sweep.statuses) and not sweep.unsaved else 1
+
+
+def _asked_after_round(rule: UntilClear, sweep: Sweep, out: Path) -> AfterRound:
+    """compare's question after each round under --until-ci: the first round fixes the most
+    rounds the budget allows (kept in the sweep, so later records and a resume carry it)."""
+    def after_round(index: int, round_s: float, spent_s: float) -> bool:
+        if rule.max_rounds is None:
+            sweep.max_rounds = rule.plan_rounds(round_s, spent_s)
+            save_sweep(out, sweep)
+        return rule.after_round(index)
+
+    return after_round
 
 
 def _has_matplotlib() -> bool:
@@ -208,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--warmup-runs", type=int, default=0, metavar="K",
                          help="K discarded runs of each configuration first, to warm file-system "
                          "and compile caches (0)")
+    compare.add_argument("--until-ci", type=float, metavar="H",
+                         help="add rounds until every headline comparison is decided (its "
+                         "interval excludes 1) or its relative half-width is at most H (0.05: "
+                         "5 %%), within --budget; a sequential rule keeps the error rate at 5 %% "
+                         "(parbench.results.sequential)")
+    compare.add_argument("--budget", type=float, metavar="MINUTES",
+                         help=f"the whole sweep's wall time under --until-ci "
+                         f"({DEFAULT_BUDGET_MINUTES:g})")
     compare.add_argument("--order-seed", type=int, metavar="N",
                          help="the seed each round's shuffled order is drawn from (default: "
                          "a fresh one; each record keeps it)")
