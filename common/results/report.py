@@ -257,8 +257,8 @@ def document(groups: list[Group],
     """(title, intro, sections): what the Markdown and the HTML report both show, top-down:
     the headline, each framework's other approaches against its representative, each spec's
     tables (Per node only where a run spanned nodes), the profiled runs' phases (kept out of
-    every other table), the files this version cannot read (``unreadable``: file -> reason, where any),
-    how the figures are made, the environment."""
+    every other table), the files this version cannot read (``unreadable``: file -> reason,
+    where any), how the figures are made, the environment."""
     records = sum(len(row.runs) for g in groups for row in g.all_rows)
     intro = [f"{records} record(s) of {len(groups)} spec(s)."]
     if unreadable:
