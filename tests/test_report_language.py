@@ -43,8 +43,9 @@ def language_record(backend: str, devices: int, repeat: int, tokens_per_s: float
                "flops": flops_metrics(build_spec("gpt", (CONTEXT,), 64), 128,
                                       base["metrics"]["step_time_ms"]["median"], devices,
                                       {"framework": "torch", "framework_version": "2.5.1",
-                                       "compute_dtype": "float32", "threads": 1,
-                                       "gpu_model": None})}
+                                       "compute_dtype": "float32", "peak_threads": devices,
+                                       "nodes": 1, "gpu_model": None}),
+               "cpu_ms_per_step": {"user": [1.0] * devices, "system": [0.1] * devices}}
     return {**base, "schema_version": SCHEMA_VERSION, "task": "language-modeling",
             "model": "gpt", "dataset": "markov", "metrics": metrics, "nnodes": 1,
             "node_rank": 0, "hosts": ["h"] * devices, "variant": {"threads": 1, "nnodes": 1},

@@ -125,7 +125,7 @@ def test_the_report_shows_flops_utilisation_and_how_far_each_framework_is(tmp_pa
         PER_STEP / (128 / 150) / 2 / 1e12, rel=1e-3)
     assert "MFU %" not in single  # no row ran on a GPU with a datasheet peak
     assert ("torch: closest to the limit torch-single x1, 25 % of the measured matmul peak "
-            "per device; farthest torch-ddp [torchrun] x2, 10 %.") in text
+            "of every core it used; farthest torch-ddp [torchrun] x2, 10 %.") in text
     assert "tensorflow: closest to the limit tf-mirrored x1, 12.5 %" in text
 
 
@@ -188,3 +188,34 @@ def test_a_corrupt_peak_cache_costs_the_figure_not_the_record(tmp_path, monkeypa
     flops = flops_metrics(SPEC, BATCH, 250.0, 1, hardware())
     assert flops["utilisation"] is None and flops["achieved_tflops"] > 0
     assert f"the peak cache {cache} is not JSON" in capsys.readouterr().err
+
+
+def with_cpu(rec: dict, busy: float, threads: int = 1) -> dict:
+    """The record's ranks spent ``busy`` of threads x their wall step time on the CPU."""
+    step_ms = rec["metrics"]["step_time_ms"]["median"]
+    rec["env"]["threads_per_worker"] = threads
+    rec["metrics"]["cpu_ms_per_step"] = {"user": [0.9 * busy * threads * step_ms] *
+                                         rec["world_size"],
+                                         "system": [0.1 * busy * threads * step_ms] *
+                                         rec["world_size"]}
+    return rec
+
+
+def test_cpu_time_beside_wall_time_and_the_rows_where_they_part(tmp_path):
+    """torch-single keeps its 2 threads busy (95 %); torch-ddp's ranks are on the CPU 30 % of
+    each step (waiting in the all-reduce), tf-single's 1 thread 160 % (threads beyond the one
+    asked for): only those two are named, with their figures."""
+    folder = write(tmp_path / "runs", [
+        with_cpu(record("torch-single", "torch", 1, 0, 100.0), 0.95, threads=2),
+        with_cpu(record("torch-ddp", "torch", 2, 0, 150.0, launcher="torchrun"), 0.30),
+        with_cpu(record("tf-single", "tensorflow", 1, 0, 100.0), 1.6)])
+    text = report(str(folder))
+    performance = by_row(next(rows for (_, caption), rows in markdown_tables(text).items()
+                              if caption == "Performance"))
+    single, ddp = performance[("torch-single", "1")], performance[("torch-ddp", "2")]
+    assert (single["CPU busy %"], ddp["CPU busy %"]) == ("95", "30")
+    assert float(single["CPU ms/step per rank"]) == pytest.approx(0.95 * 2 * 1280, rel=1e-3)
+    assert ("CPU time differs from threads x wall time by more than 20 %" in text
+            and "torch-ddp [torchrun] x2 30 % (256 ms CPU against 853 ms wall)" in text)
+    assert "tf-single x1 160 % (2.05e+03 ms CPU against 1.28e+03 ms wall)" in text
+    assert "torch-single x1 95 %" not in text

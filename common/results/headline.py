@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from parbench.run.modes import MODES
 from parbench.run.registry import BACKENDS, FRAMEWORKS
 
-from .intervals import Interval, Ratio, ratio
+from .intervals import Interval, Ratio
+from .paired import tie, versus
 from .ranks import Rank, competition_ranks
 from .rows import throughput_column
 
@@ -33,10 +34,14 @@ NOTE = (
     "measuring (what its users would run on one machine: at 1 device its single backend, on "
     "several {representatives}), not by which approach ran fastest; the others are under "
     "{others}. In brackets: the 95% confidence interval (How the figures are made). "
-    "Frameworks whose {speed} intervals "
-    "overlap tie, and ties join through each other (A = B and B = C: all three share a rank); "
+    "vs fastest: {speed} / the fastest row's; where one sweep ran both rows, taken round by "
+    "round (the geometric mean of each round's ratio, Student's t over the rounds: drift that "
+    "moves a whole round cancels), else from each row's own interval, the two half-widths "
+    "added in quadrature; ratio method names which. Two frameworks tie when the 95% interval "
+    "of their ratio holds 1, "
+    "and ties join through each other (A = B and B = C: all three share a rank); "
     "a rank is 1 + the frameworks ranked above it (=1, =1, 3); a pair without an interval "
-    "counts as a tie, its rank marked ?. vs fastest: {speed} / the fastest row's. shared "
+    "counts as a tie, its rank marked ?. shared "
     "cores: the CPU cores the devices of the run shared; there N devices can at best match one "
     "process given all their threads, so scaling eff. (against N x one device) reads low by "
     "design, and vs 1-dev, same threads compares with the framework's single backend given as "
@@ -44,8 +49,8 @@ NOTE = (
 OTHERS_NOTE = (
     "Each framework's approaches besides its representative, at the same device count and "
     "modes: vs representative is the approach's {speed} / its representative's, with that "
-    "ratio's 95% interval; tie: whether the two are within noise of each other, by the "
-    "headline's test (? where it cannot be decided).")
+    "ratio's 95% interval (ratio method: paired round by round, or unpaired, as in the "
+    "headline); tie: whether that interval holds 1 (? where it has none).")
 
 
 def note(speed: str) -> str:
@@ -70,21 +75,6 @@ def _by_framework(rows: list[Row]) -> dict[str, list[Row]]:
     for row in rows:  # in report order: frameworks stay in the order the tables show them
         frameworks[row.framework].append(row)
     return frameworks
-
-
-def tie(a: Row, b: Row) -> bool | None:
-    """Whether two rows' speed intervals overlap (None: one has no interval)."""
-    if a.speed_ci is None or b.speed_ci is None:
-        return None
-    return a.speed_ci.overlaps(b.speed_ci)
-
-
-def _versus(row: Row, reference: Row) -> Ratio:
-    """``row``'s throughput / ``reference``'s, with its 95% interval: every ratio the headline
-    and the other approaches' table show is made here (the reference itself: exactly 1)."""
-    if row is reference:
-        return Ratio(1.0, None)
-    return ratio(row.throughput, row.speed_ci, reference.throughput, reference.speed_ci)
 
 
 def representative_backend(framework: str, devices: int) -> str | None:
@@ -151,7 +141,7 @@ def _line(rows: list[Row]) -> Line:
                    if row is not found and row.throughput is not None]
     ranked = sorted(zip(chosen, competition_ranks(chosen, tie)),
                     key=lambda entry: (entry[1].place, -entry[0].throughput))
-    entries = [Entry(row, rank, _versus(row, ranked[0][0])) for row, rank in ranked]
+    entries = [Entry(row, rank, versus(row, ranked[0][0])) for row, rank in ranked]
     return Line(_label(rows[0]), entries, missing, others)
 
 
@@ -169,7 +159,7 @@ def headline_columns(rows: list[Row]) -> tuple[str, ...]:
     speed = throughput_column(rows[0].task)
     shared = any(row.cells["shared cores"] for row in rows)
     columns = ("devices", *_mode_columns(), "rank", "framework", "approach", speed,
-               "vs fastest", "scaling eff.",
+               "vs fastest", "ratio method", "scaling eff.",
                *(("shared cores", "vs 1-dev, same threads") if shared else ()),
                # the task's first quality figure (accuracy; a language model's val loss)
                next(iter(rows[0].task.quality_columns)), "util. %", "MFU %", "RSS MiB per rank")
@@ -194,11 +184,16 @@ def _cells(entry: Entry) -> dict[str, Cell]:
     row, cells = entry.row, entry.row.cells
     return {"rank": entry.rank.text(), "framework": row.framework, "approach": row.series,
             throughput_column(row.task): _with_interval(row.throughput, row.speed_ci),
-            "vs fastest": entry.versus.text(),
+            "vs fastest": entry.versus.text(), "ratio method": _method(entry.versus),
             "scaling eff.": _with_interval(cells["scaling eff."], _interval(row, "scaling eff.")),
             "vs 1-dev, same threads": _with_interval(
                 cells["vs single same threads"], _interval(row, "vs single same threads")),
             "shared cores": cells["shared cores"]}
+
+
+def _method(found: Ratio) -> str | None:
+    """How a ratio's interval was made: 'paired t, 5 rounds', 't' or 'bootstrap' (unpaired)."""
+    return found.interval.method if found.interval else None
 
 
 def headline_rows(rows: list[Row]) -> list[tuple[Row, dict[str, Cell]]]:
@@ -225,7 +220,7 @@ def tie_lines(rows: list[Row]) -> list[str]:
 def others_columns(rows: list[Row]) -> tuple[str, ...]:
     speed = throughput_column(rows[0].task)
     return ("devices", *_mode_columns(), "framework", "approach", speed, "representative",
-            "vs representative", "tie")
+            "vs representative", "ratio method", "tie")
 
 
 def others_rows(rows: list[Row]) -> list[dict[str, Cell]]:
@@ -239,7 +234,8 @@ def others_rows(rows: list[Row]) -> list[dict[str, Cell]]:
                 "framework": row.framework, "approach": row.series,
                 throughput_column(row.task): _with_interval(row.throughput, row.speed_ci),
                 "representative": reference.series if reference else None,
-                "vs representative": _versus(row, reference).text() if reference else None,
+                "vs representative": versus(row, reference).text() if reference else None,
+                "ratio method": _method(versus(row, reference)) if reference else None,
                 "tie": None if reference is None else "?" if verdict is None
                 else "yes" if verdict else "no"})
     return table
@@ -272,7 +268,8 @@ def warnings(rows: list[Row]) -> list[str]:
 def _limit(row: Row) -> tuple[str, float] | None:
     """(what the share is of, the share %) of a row: MFU where a datasheet peak exists, else
     the measured matmul peak's; None without either."""
-    for column, of in (("MFU %", "datasheet"), ("util. %", "measured matmul")):
+    for column, of in (("MFU %", "datasheet peak per device"),
+                       ("util. %", "measured matmul peak of every core it used")):
         if row.cells[column] is not None:
             return of, row.cells[column]
     return None
@@ -280,7 +277,7 @@ def _limit(row: Row) -> tuple[str, float] | None:
 
 def limit_lines(rows: list[Row]) -> list[str]:
     """Per framework, how close its backend nearest the limit comes, and how far the farthest
-    stays (share of the peak per device, at one device count each)."""
+    stays (its share of the peak, at one device count each)."""
     lines = []
     for framework, of in _by_framework(rows).items():
         shares = sorted(((row, *limit) for row in of if (limit := _limit(row))),
@@ -289,5 +286,5 @@ def limit_lines(rows: list[Row]) -> list[str]:
             continue
         (near, peak, best), (far, _, worst) = shares[0], shares[-1]
         lines.append(f"{framework}: closest to the limit {near.label}, {best:.3g} % of the "
-                     f"{peak} peak per device; farthest {far.label}, {worst:.3g} %.")
+                     f"{peak}; farthest {far.label}, {worst:.3g} %.")
     return lines

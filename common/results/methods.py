@@ -57,10 +57,18 @@ def notes(speed: str) -> list[str]:
         "TFLOP/s = the model FLOPs of one step, from the spec (matrix products and attention, 2 "
         "per multiply-add, training = 3 x forward; norms, activations, the loss and the "
         "optimizer left out), / the median step time, all devices together and per device. "
-        "util. % = TFLOP/s per device / the dense matmul peak 'parbench peak' measured on the "
-        "run's machine with the same framework, version, compute dtype and threads per worker "
-        "(empty where none was measured); MFU % = the same over the GPU's datasheet dense peak "
-        "(empty on CPUs and unknown GPUs).",
+        "util. % = TFLOP/s (the whole run's) / the dense matmul peak of every core or device "
+        "the run used, as 'parbench peak' measured it on the run's machine with the same "
+        "framework, version and compute dtype: on CPUs one process's peak at all the threads "
+        "the run's workers on a node had together, times the nodes (so one process driving 2 "
+        "replicas with 2 threads and 2 processes of 1 thread share a denominator); on GPUs one "
+        "device's peak times the devices; empty where none was measured, and for records "
+        "before schema 11, whose utilisation was per device against one worker's peak. MFU % = "
+        "TFLOP/s per device over the GPU's datasheet dense peak (empty on CPUs and unknown "
+        "GPUs). CPU ms/step per rank = each rank's user + system CPU time per steady step "
+        "(every thread of its process), the ranks' mean; CPU busy % = that over threads per "
+        "worker x the wall step time: about 100 is every thread busy, far below is waiting "
+        "(a collective, a starved core), far above is threads beyond those asked for.",
         "data wait % = the time steps waited for their batch (taking it from the arrays or the "
         "framework's loader) as a share of that wait plus the step times, all ranks together; a "
         "loader that cannot keep up shows here rather than in the step time."]

@@ -92,11 +92,9 @@ def versus(a: Row, b: Row, factor: float = 1.0) -> Ratio:
 
 
 def tie(a: Row, b: Row) -> bool | None:
-    """Whether two rows' speeds cannot be told apart: the paired ratio's interval holds 1, or
-    (unpaired) their intervals overlap; None where either has no interval."""
-    paired = paired_ratio(a, b)
-    if paired is not None:
-        return paired.interval.low <= 1 <= paired.interval.high
-    if a.speed_ci is None or b.speed_ci is None:
+    """Whether two rows' speeds cannot be told apart: the 95% interval of their ratio
+    (``versus``: paired where it can be) holds 1; None where the ratio has no interval."""
+    found = versus(a, b)
+    if found.interval is None:
         return None
-    return a.speed_ci.overlaps(b.speed_ci)
+    return found.interval.low <= 1 <= found.interval.high

@@ -29,6 +29,7 @@ from .methods import methods
 from .noderows import node_rows
 from .provenance import provenance_lines
 from .rows import (
+    CPU_COLUMNS,
     FLOPS_COLUMNS,
     KEY,
     MODE_COLUMNS,
@@ -36,6 +37,7 @@ from .rows import (
     Cell,
     Group,
     Row,
+    cpu_lines,
     throughput_column,
 )
 from .sharding import COLUMNS as SHARDING_COLUMNS
@@ -45,9 +47,10 @@ from .tidy import to_csv
 
 # left out of a table where no row has it: older records; MFU where no GPU has a datasheet
 # peak; utilisation where no peak was measured
-OPTIONAL = ("data wait %", "shared cores", "vs single same threads", *FLOPS_COLUMNS)
+OPTIONAL = ("data wait %", "shared cores", "vs single same threads", *FLOPS_COLUMNS,
+            *CPU_COLUMNS)
 # a column with one value in every row is said once, in the table's note
-SAID_ONCE = (*MODE_COLUMNS, "CI method", *CHANGE_SAID_ONCE)
+SAID_ONCE = (*MODE_COLUMNS, "CI method", "ratio method", *CHANGE_SAID_ONCE)
 PROFILES = (*KEY, "status", "runs", "forward ms", "backward ms", "optimizer ms",
             "communication ms", "step ms", "top ops (ms/step)")
 DIVERGED = (*KEY, "repeats", "at step", "rank", "loss", "lr")
@@ -98,8 +101,13 @@ def performance_columns(task: type[Task]) -> tuple[str, ...]:
     per_device = (f"{speed} per device",) if task.per_device_throughput else ()
     return (*KEY, "status", "runs", speed, f"{speed} 95% CI", "CI method", *per_device, "cv %",
             "noisy", "scaling eff.", "shared cores", "vs single same threads", "step ms p50",
-            "step ms 95% CI", "step ms p90", *FLOPS_COLUMNS, "data wait %", "startup s",
-            "first step s")
+            "step ms 95% CI", "step ms p90", *FLOPS_COLUMNS, *CPU_COLUMNS, "data wait %",
+            "startup s", "first step s")
+
+
+def _with_notes(table: Table, notes: list[str]) -> Table:
+    table.notes += notes
+    return table
 
 
 def quality_columns(task: type[Task]) -> tuple[str, ...]:
@@ -273,8 +281,8 @@ def document(groups: list[Group],
     sections = [Section(headline.HEADING, None, [_headline(g) for g in plain],
                         [*mixed, headline.note(speeds)]), *_others(plain)] if plain else []
     sections += [Section(g.title, g.sha, [
-        _table("Performance", performance_columns(g.task), [row.cells for row in g.rows],
-               _marks(g.rows)),
+        _with_notes(_table("Performance", performance_columns(g.task),
+                           [row.cells for row in g.rows], _marks(g.rows)), cpu_lines(g.rows)),
         _table("Accuracy and memory", quality_columns(g.task), [row.cells for row in g.rows],
                _marks(g.rows)),
         *_per_node(g)])

@@ -274,6 +274,24 @@ def _wait_percent(metrics: dict) -> float | None:
     return None if share is None else 100 * share
 
 
+CPU_BUSY_BAND = (80.0, 120.0)  # CPU busy % within 20 % of every thread busy the whole step
+
+
+def cpu_lines(rows: list[Row]) -> list[str]:
+    """The rows whose CPU time per step differs from threads x wall time by more than 20 %,
+    one line for all, each with its figures (none: no line)."""
+    low, high = CPU_BUSY_BAND
+    odd = [f"{row.label} {row.cells['CPU busy %']:.0f} % ({row.cells['CPU ms/step per rank']:.3g}"
+           f" ms CPU against {row.cells['step ms p50']:.3g} ms wall)" for row in rows
+           if row.cells.get("CPU busy %") is not None
+           and not low <= row.cells["CPU busy %"] <= high]
+    if not odd:
+        return []
+    return ["CPU time differs from threads x wall time by more than 20 % (CPU busy %: below, "
+            "threads wait, for a collective or a core another process holds; above, threads "
+            "beyond those asked for): " + "; ".join(odd) + "."]
+
+
 def is_profiled(record: dict) -> bool:
     """A --profile run: the profiler's overhead is in its times, so its row never enters a
     performance, accuracy or headline table; the Profiles table shows it instead."""
