@@ -52,13 +52,15 @@ def per_file(lines: list[dict]) -> list[dict]:
 
 
 def repeats(lines: list[dict]) -> list[dict]:
-    """The training commands more than one test started with the same arguments (their own
-    paths aside): runs a shared fixture could serve once. Costliest repeat first; ``saved_s``
-    is what serving each once would have saved (every start after the cheapest)."""
+    """The training commands more than one test started with the same arguments and
+    environment overrides (their own paths aside): runs a shared fixture could serve once.
+    Costliest repeat first; ``saved_s`` is what serving each once would have saved (every
+    start after the cheapest)."""
     started: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
     for line in lines:
         for run in line.get("runs", ()):
-            started[tuple(run["args"])].append((line["test"], run["cpu_s"]))
+            env = tuple(f"{k}={v}" for k, v in sorted(run.get("env", {}).items()))
+            started[(*env, *run["args"])].append((line["test"], run["cpu_s"]))
     found = [{"command": " ".join(args), "tests": sorted({test for test, _ in starts}),
               "starts": len(starts), "cpu_s": sum(cpu for _, cpu in starts),
               "saved_s": sum(cpu for _, cpu in starts) - min(cpu for _, cpu in starts)}

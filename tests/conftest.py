@@ -43,8 +43,9 @@ def parbench(*args: str, env: dict | None = None, timeout: float = 600,
     cpu = _cpu_seconds()
     done = subprocess.run([*prefix, sys.executable, "-m", "parbench.cli", *args],
                           capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
-    if training:
+    if training:  # a fault or cache chosen through the environment makes another run
         _commands_run.append({"args": [_without_paths(arg) for arg in args],
+                              "env": {k: _without_paths(v) for k, v in (env or {}).items()},
                               "cpu_s": _cpu_seconds() - cpu})
     return done
 

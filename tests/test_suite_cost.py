@@ -38,13 +38,15 @@ def test_the_recorder_writes_a_line_per_test_with_its_cpu_and_commands(tmp_path)
     assert line["file"] == "tests/test_suite_cost.py" and line["commands"] == 1
     (run,) = line["runs"]  # the training command, its folder argument made neutral
     assert run["args"] == ["run", "no-such-backend", "--out", "<path>"] and run["cpu_s"] > 0.3
+    assert run["env"] == {"PARBENCH_TEST_FAULT": "crash:0:1"}  # another run than without it
     # the parbench process it started is counted: more than the test's own few milliseconds
     assert line["cpu_s"] > 0.3 and line["wall_s"] > 0.3
 
 
 def test_a_training_command_is_counted(tmp_path):
     before = conftest._commands_started[0]
-    assert parbench("run", "no-such-backend", "--out", str(tmp_path)).returncode == 2
+    assert parbench("run", "no-such-backend", "--out", str(tmp_path),
+                    env={"PARBENCH_TEST_FAULT": "crash:0:1"}).returncode == 2
     assert parbench("run", "--help").returncode == 0  # help trains nothing
     assert conftest._commands_started[0] == before + 1
 
@@ -70,13 +72,15 @@ def test_the_table_sums_each_file_costliest_first(tmp_path, capsys):
 
 
 def test_a_command_several_tests_started_is_listed_with_what_sharing_saves(tmp_path, capsys):
-    run = {"args": ["run", "torch-ddp", "--out", "<path>"]}
+    run = {"args": ["run", "torch-ddp", "--out", "<path>"], "env": {}}
     other = {"args": ["run", "tf-single", "--out", "<path>"], "cpu_s": 50.0}
     lines = [{"file": "tests/a.py", "test": "a1", "wall_s": 1, "cpu_s": 9, "commands": 2,
               "runs": [{**run, "cpu_s": 4.0}, other]},
              {"file": "tests/b.py", "test": "b1", "wall_s": 1, "cpu_s": 9, "commands": 1,
               "runs": [{**run, "cpu_s": 5.0}]},
              {"file": "tests/b.py", "test": "b2", "wall_s": 1, "cpu_s": 1, "commands": 0}]
+    faulty = {"args": run["args"], "env": {"PARBENCH_TEST_FAULT": "exit:1:2"}, "cpu_s": 3.0}
+    lines[2]["runs"] = [faulty]  # the same arguments with a fault: another run
     (found,) = _suite_cost().repeats(lines)  # tf-single ran once: not a repeat
     assert found == {"command": "run torch-ddp --out <path>", "tests": ["a1", "b1"],
                      "starts": 2, "cpu_s": 9.0, "saved_s": 5.0}
