@@ -22,7 +22,7 @@ from parbench.base.files import private_tempdir
 from parbench.launch.config import Plan, RunConfig, resolve, sized
 from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
 from parbench.results.records import BUSY_LOAD_PER_CORE, machine_busy, record_name, save_record
-from parbench.run.registry import BACKENDS, Backend
+from parbench.run.registry import BACKENDS, FRAMEWORKS, Backend
 
 from .sweep_state import Sweep
 
@@ -65,26 +65,61 @@ def parse_device_counts(text: str) -> list[int]:
     return counts
 
 
-def sweep_configs(base: RunConfig, backends: list[Backend],
-                  counts: list[int]) -> tuple[list[tuple[RunConfig, Plan]], list[Skipped]]:
-    """Configurations to run, each with its plan, and those this machine or backend cannot run
-    (with why); an option that is wrong for one of them (a batch the device count does not
-    divide) is a UsageError, and nothing runs."""
+def sweep_configs(base: RunConfig, backends: list[Backend], counts: list[int],
+                  thread_counts: list[int | None] | None = None,
+                  wanted: Callable[[Backend, int], bool] | None = None
+                  ) -> tuple[list[tuple[RunConfig, Plan]], list[Skipped]]:
+    """Configurations to run (each backend at each device count and, with ``thread_counts``,
+    each count of threads per worker; ``wanted`` may leave some out), each with its plan, and
+    those this machine or backend cannot run (with why); an option that is wrong for one of
+    them (a batch the device count does not divide) is a UsageError, and nothing runs."""
     runnable, skipped = [], []
     for backend in backends:
         for devices in counts:
-            cfg = replace(base, backend=backend.name, devices=devices)
-            if devices > 1 and not backend.parallel:
+            if (devices > 1 and not backend.parallel) or (wanted and not wanted(backend,
+                                                                                 devices)):
                 continue  # a single-device backend has nothing to show at N devices
-            try:
-                plan = resolve(cfg)
-            except Unavailable as err:  # the machine's or the backend's limit: skip, go on
-                skipped.append(Skipped(backend.name, devices, str(err)))
-                continue
-            except UsageError as err:  # the input's own fault: nothing runs
-                raise UsageError(f"{backend.name} x{devices}: {err}") from None
-            runnable.append((cfg, plan))
+            for threads in thread_counts or [base.threads]:
+                cfg = replace(base, backend=backend.name, devices=devices, threads=threads)
+                try:
+                    plan = resolve(cfg)
+                except Unavailable as err:  # the machine's or the backend's limit: skip
+                    skipped.append(Skipped(backend.name, devices, str(err)))
+                    continue
+                except UsageError as err:  # the input's own fault: nothing runs
+                    raise UsageError(f"{backend.name} x{devices}: {err}") from None
+                runnable.append((cfg, plan))
     return runnable, skipped
+
+
+def headline_backends(framework: str | None) -> tuple[list[Backend], Callable[[Backend, int],
+                                                                              bool]]:
+    """--headline: each installed framework's declared representatives (its single backend at
+    1 device, its representative on several) and the filter that keeps only those pairs."""
+    chosen, singles, several = [], set(), set()
+    for info in FRAMEWORKS.values():
+        if info.missing_reason() is None and framework in (None, info.name):
+            singles.add(info.single)
+            several.add(info.representative)
+            chosen += [BACKENDS[name] for name in (info.single, info.representative)
+                       if name in BACKENDS and BACKENDS[name].missing_reason() is None]
+    if not chosen:
+        raise UsageError("--headline: no framework is installed here; see 'parbench list'")
+    return chosen, lambda backend, devices: backend.name in (singles if devices == 1
+                                                             else several)
+
+
+def parse_thread_counts(text: str | None) -> list[int | None] | None:
+    """--thread-counts 1,2: threads per worker, each a configuration of the sweep."""
+    if text is None:
+        return None
+    try:
+        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"--thread-counts wants a comma-separated list like 1,2; got {text!r}")
+    if not counts or counts[0] < 1:
+        raise UsageError(f"--thread-counts wants counts of at least 1; got {text!r}")
+    return counts
 
 
 def busy_warning(load_1m: float, cores: int) -> str | None:
@@ -224,7 +259,8 @@ def _label(done: int, total: int, slot: Slot, prepared: Prepared, warmup_runs: i
            fixed: bool) -> str:
     """'[3/8] torch-ddp x2 repeat 2/4'; a sweep that stops on its answers knows no total:
     '[3] torch-ddp x2 round 2'."""
-    what = f"{prepared.cfg.backend} x{prepared.plan.world_size}"
+    what = f"{prepared.cfg.backend} x{prepared.plan.world_size}" + (
+        f" ({prepared.plan.threads} thread(s))" if prepared.cfg.threads else "")
     if slot.warmup:
         return f"[{done}{f'/{total}' if fixed else ''}] {what} warm-up {slot.index + 1}/" \
                f"{warmup_runs}"

@@ -40,15 +40,15 @@ def _title(sha: str, records: list[dict]) -> str:
             f"{values(lambda r: r['seed'])}")
 
 
-def _order(key: tuple[str, str, int, str, int, Modes]) -> tuple:
+def _order(key: tuple[str, str, int, str, int, Modes, int | None]) -> tuple:
     """Frameworks in registry order; within one, the single-node rows first, then multi-node
     ones by node count; then backends in registry order (an unknown one after the known ones,
-    by name), devices, launcher and modes (the defaults first)."""
-    framework, backend, devices, launcher, nodes, modes = key
+    by name), devices, launcher, modes (the defaults first) and threads."""
+    framework, backend, devices, launcher, nodes, modes, threads = key
     known = list(BACKENDS)
     return (FRAMEWORKS.index(framework) if framework in FRAMEWORKS else len(FRAMEWORKS),
             framework, nodes, known.index(backend) if backend in known else len(known),
-            backend, devices, launcher, bool(modes.changed()), modes.label)
+            backend, devices, launcher, bool(modes.changed()), modes.label, threads or 0)
 
 
 def _profile_cells(row: Row) -> dict[str, Cell]:
@@ -79,15 +79,22 @@ def _diverged_cells(row: Row) -> dict[str, Cell]:
 
 
 def _rows(records: list[dict]) -> list[Row]:
-    """One row per backend x devices x launcher x nodes x modes, in report order, repeats in
-    order."""
+    """One row per backend x devices x launcher x nodes x modes x threads per worker, in report
+    order, repeats in order; a row whose configuration also ran with other threads says its
+    own (``Row.show_threads``)."""
     keyed: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         keyed[(r["framework"], r["backend"], r["world_size"], r["launcher"], nodes_of(r),
-               modes_of(r))].append(r)
-    return [Row(*key, runs=sorted(keyed[key], key=lambda r: r["repeat"]),
-                task=task_of_record(keyed[key][0]))
+               modes_of(r), r["env"].get("threads_per_worker"))].append(r)
+    rows = [Row(*key[:-1], runs=sorted(keyed[key], key=lambda r: r["repeat"]),
+                task=task_of_record(keyed[key][0]), threads=key[-1])
             for key in sorted(keyed, key=_order)]
+    threads = defaultdict(set)
+    for key in keyed:
+        threads[key[:-1]].add(key[-1])
+    for row in rows:
+        row.show_threads = len(threads[row.key]) > 1
+    return rows
 
 
 def build_groups(records: list[dict]) -> list[Group]:

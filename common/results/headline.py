@@ -87,13 +87,14 @@ def representative_backend(framework: str, devices: int) -> str | None:
 
 
 def _representative(of: list[Row]) -> Row | None:
-    """Of one framework's rows in one headline line, its representative's: the backend's
-    default launcher's row where it ran with several (the first its launchers list else)."""
+    """Of one framework's rows in one headline line, its representative's: at the threads a
+    run gets by default, and the backend's default launcher where it ran with several (the
+    first its launchers list else)."""
     backend = representative_backend(of[0].framework, of[0].devices)
     launchers = BACKENDS[backend].launchers if backend in BACKENDS else ()
     found = [row for row in of if row.backend == backend]
-    found.sort(key=lambda row: launchers.index(row.launcher) if row.launcher in launchers
-               else len(launchers))
+    found.sort(key=lambda row: (not row.default_threads, launchers.index(row.launcher)
+                                if row.launcher in launchers else len(launchers)))
     return found[0] if found else None
 
 

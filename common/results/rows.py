@@ -75,6 +75,8 @@ class Row:
     modes: Modes
     runs: list[dict]
     task: type[Task]
+    threads: int | None = None  # per worker (env.threads_per_worker)
+    show_threads: bool = False  # the same configuration also ran with other threads
     cells: dict[str, Cell] = field(default_factory=dict)
     speed_ci: Interval | None = None  # 95% interval of the throughput
     step_ci: Interval | None = None  # 95% interval of the median step time
@@ -95,13 +97,39 @@ class Row:
         return f"{self.nodes}x{self.devices // self.nodes}" if self.nodes > 1 else self.devices
 
     @property
+    def key(self) -> tuple:
+        """What a row is, but its threads."""
+        return (self.framework, self.backend, self.devices, self.launcher, self.nodes,
+                self.modes)
+
+    @property
+    def default_threads(self) -> bool:
+        """Whether its workers had the threads a run gets without --threads: the cores over
+        the processes on a node (one process drives every device of a one-process backend)."""
+        backend = BACKENDS.get(self.backend)
+        cores = {r["env"].get("cores") for r in self.runs}
+        if backend is None or len(cores) != 1 or None in cores:
+            return True  # cannot tell: no preference
+        processes = 1 if backend.one_process else self.devices // self.nodes
+        return self.threads == max(1, cores.pop() // processes)
+
+    @property
+    def backend_cell(self) -> str:
+        """The backend, and its threads per worker where the same configuration also ran with
+        other threads ('torch-single (1 thread)')."""
+        if not self.show_threads:
+            return self.backend
+        return f"{self.backend} ({self.threads} thread{'s' if self.threads != 1 else ''})"
+
+    @property
     def _approach(self) -> str:
-        """The backend, with its launcher where the backend has a choice of launchers, and
-        its modes where they are not the defaults."""
+        """The backend (with its threads where they tell two rows apart), its launcher where
+        the backend has a choice of launchers, and its modes where they are not the
+        defaults."""
         backend = BACKENDS.get(self.backend)
         launcher = f" [{self.launcher}]" if backend and len(backend.launchers) > 1 else ""
         modes = f" {self.modes.label}" if self.modes.changed() else ""
-        return f"{self.backend}{launcher}{modes}"
+        return f"{self.backend_cell}{launcher}{modes}"
 
     @property
     def _on_nodes(self) -> str:
@@ -172,7 +200,7 @@ def _time_to_target(row: Row) -> float | None:
 
 
 def key_cells(row: Row) -> dict[str, Cell]:
-    return {"backend": row.backend, "devices": row.devices_cell, "launcher": row.launcher,
+    return {"backend": row.backend_cell, "devices": row.devices_cell, "launcher": row.launcher,
             **mode_cells(row.modes, row.backend)}
 
 

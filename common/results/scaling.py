@@ -60,11 +60,12 @@ def _speed_ratio(row: Row, reference: Row, devices: int) -> Ratio:
 
 def _efficiency_reference(row: Row, rows: list[Row]) -> Row | None:
     """The framework's single backend at 1 device, else the same backend at 1 device, with
-    the same modes (those that matter on one device) and, where it has several, launcher."""
+    the same modes (those that matter on one device) and, where it has several, the threads
+    a run gets by default and the row's launcher."""
     for backend in (SINGLE.get(row.framework), row.backend):
         refs = sorted((r for r in rows if r.backend == backend and r.devices == 1
                        and r.modes.same_on_one_device(row.modes) and r.throughput is not None),
-                      key=lambda r: r.launcher != row.launcher)
+                      key=lambda r: (not r.default_threads, r.launcher != row.launcher))
         if refs:
             return refs[0]
     return None
