@@ -115,7 +115,7 @@ except UsageError as err:
     refused = str(err)
 print(json.dumps({"compare": args.framework, "parity": parity.installed_frameworks(),
                   "schema": records.SCHEMA["properties"]["framework"]["enum"],
-                  "single": scaling.SINGLE["dummy"], "order": rows.FRAMEWORKS[-1],
+                  "single": scaling.single_backend("dummy"), "order": rows.FRAMEWORKS[-1],
                   "world": plan.world_size, "refused": refused}))
 """
 

@@ -74,6 +74,11 @@ def test_the_rule_stops_when_no_comparison_is_open_or_at_its_last_round(tmp_path
     assert rule.summary()[0].startswith("left open at the end of the budget: 1 device(s): ")
     assert ": open: " in rule.summary()[0]
     assert rule.after_round(9) is True  # the last planned round ends it anyway
+    # rounds that slowed down: another one like the last would overrun the 600 s budget
+    assert rule.after_round(5, round_s=100.0, spent_s=450.0) is False
+    assert rule.after_round(5, round_s=100.0, spent_s=520.0) is True
+    assert "the budget has no room for another round" in capsys.readouterr().err
+    assert rule.after_round(0, round_s=100.0, spent_s=590.0) is True  # before any look, too
     wide = UntilClear(0.9, 600.0, tmp_path / "runs", "s", max_rounds=10)
     assert wide.after_round(3) is True and wide.summary() == [
         "every headline comparison is clear (decided, or within 90%)"]

@@ -31,6 +31,9 @@ from .sweep_state import Sweep, open_sweep, save_sweep
 from .until_clear import UntilClear, checked_until
 
 
+REPRESENTATIVES = [f.representative for f in FRAMEWORKS.values() if f.representative]
+
+
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser("compare", help="run many backends x device counts, then report")
     compare.add_argument("backends", nargs="*", help="default: every installed backend")
@@ -41,7 +44,7 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("--headline", action="store_true",
                          help="only what the headline ranks: each installed framework's single "
                          "backend at 1 device and its declared representative at the others "
-                         "(torch-ddp, tf-mirrored, paddle-launch, jax-sharded)")
+                         f"({', '.join(REPRESENTATIVES)})")
     compare.add_argument("--thread-counts", metavar="T1,T2",
                          help="threads per worker, each count a configuration of the sweep "
                          "(instead of --threads): 1,2 sets one thread against two in one "
@@ -147,6 +150,6 @@ def _asked_after_round(rule: UntilClear, sweep: Sweep, out: Path) -> AfterRound:
         if rule.max_rounds is None:
             sweep.max_rounds = rule.plan_rounds(round_s, spent_s)
             save_sweep(out, sweep)
-        return rule.after_round(index)
+        return rule.after_round(index, round_s, spent_s)
 
     return after_round

@@ -86,18 +86,25 @@ class UntilClear:
                              "--budget goes on)") from None
         return self.max_rounds
 
-    def after_round(self, index: int) -> bool:
-        """Whether the sweep stops after round ``index`` (0-based)."""
+    def after_round(self, index: int, round_s: float = 0.0, spent_s: float = 0.0) -> bool:
+        """Whether the sweep stops after round ``index`` (0-based), which took ``round_s`` of
+        the ``spent_s`` spent so far: when no comparison is open, at the last planned round,
+        or when another round like this one would overrun the budget (rounds can slow down
+        after the first; stopping at fewer looks than planned cannot raise the error rate)."""
         if self.max_rounds is None:
             raise RuntimeError("after_round before plan_rounds")
-        if index + 1 < 3:
+        out_of_time = spent_s + round_s > self.budget_s
+        if index + 1 < 3 and not out_of_time:
             return False
         self.verdicts = comparisons(self.out, self.sweep_id, SequentialPlan(self.max_rounds),
                                     self.half_width)
         clear = sum(v.state != "open" for v in self.verdicts.values())
         print(f"round {index + 1} of at most {self.max_rounds}: {clear} of "
-              f"{len(self.verdicts)} headline comparisons clear", file=sys.stderr, flush=True)
-        return sweep_done(self.verdicts.values()) or index + 1 >= self.max_rounds
+              f"{len(self.verdicts)} headline comparisons clear"
+              + ("; the budget has no room for another round" if out_of_time else ""),
+              file=sys.stderr, flush=True)
+        return (sweep_done(self.verdicts.values()) or index + 1 >= self.max_rounds
+                or out_of_time)
 
     def summary(self) -> list[str]:
         """The comparisons left open, one line each with why (none: every one is clear)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from parbench.run.registry import BACKENDS
+from parbench.run.registry import BACKENDS, FRAMEWORKS
 
 from .intervals import Interval, Ratio
 from .paired import versus
@@ -19,7 +19,12 @@ if TYPE_CHECKING:
 COLUMNS = ("scaling eff.", "scaling eff. 95% low", "scaling eff. 95% high", "shared cores",
            "vs single same threads", "vs single same threads 95% low",
            "vs single same threads 95% high", "same-threads reference")
-SINGLE = {b.framework: b.name for b in BACKENDS.values() if not b.parallel}
+
+
+def single_backend(framework: str) -> str | None:
+    """The framework's 1-device backend (None for a framework this version does not know)."""
+    info = FRAMEWORKS.get(framework)
+    return info.single if info else None
 
 
 def _one_value(values: set) -> object:
@@ -62,7 +67,7 @@ def _efficiency_reference(row: Row, rows: list[Row]) -> Row | None:
     """The framework's single backend at 1 device, else the same backend at 1 device, with
     the same modes (those that matter on one device) and, where it has several, the threads
     a run gets by default and the row's launcher."""
-    for backend in (SINGLE.get(row.framework), row.backend):
+    for backend in (single_backend(row.framework), row.backend):
         refs = sorted((r for r in rows if r.backend == backend and r.devices == 1
                        and r.modes.same_on_one_device(row.modes) and r.throughput is not None),
                       key=lambda r: (not r.default_threads, r.launcher != row.launcher))
@@ -75,7 +80,8 @@ def _same_threads_reference(row: Row, rows: list[Row]) -> Row | None:
     """The framework's single backend at 1 device whose one worker had as many threads as the
     row's workers together."""
     total = total_threads(row)
-    return next((r for r in rows if r.backend == SINGLE.get(row.framework) and r.devices == 1
+    return next((r for r in rows if r.backend == single_backend(row.framework)
+                 and r.devices == 1
                  and r.modes.same_on_one_device(row.modes) and r.throughput is not None
                  and threads_per_worker(r) == total), None)
 
