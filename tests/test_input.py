@@ -25,8 +25,8 @@ from parbench.run.modes import Modes
 
 def job(world_size: int, global_batch: int = 8, **extra) -> Job:
     return Job(backend="torch-ddp", launcher="spawn", world_size=world_size, threads=1,
-               model={}, dataset="synthetic", task_name="image-classification", task_fields={"classes": 10},
-               global_batch=global_batch,
+               model={}, dataset="synthetic", task_name="image-classification",
+               task_fields={"classes": 10}, global_batch=global_batch,
                total_steps=5, optimizer={}, seed=3, workdir="/nonexistent", shared="/x",
                **extra)
 

@@ -16,8 +16,15 @@ from parbench.launch.config import RunConfig
 from parbench.launch.harness import Execution, Prepared, prepare, run_variant
 from parbench.launch.load import LoadSample, load_env
 from parbench.launch.record import Outcome, Parts, build
-from parbench.results.records import (FALLBACK_FOLDERS, SCHEMA, InvalidRecord, check_record,
-                                      name_of, save_record, write_record)
+from parbench.results.records import (
+    FALLBACK_FOLDERS,
+    SCHEMA,
+    InvalidRecord,
+    check_record,
+    name_of,
+    save_record,
+    write_record,
+)
 from parbench.run.loop import RankLog
 from parbench.run.profiling import SUFFIX, summary
 

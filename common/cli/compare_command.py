@@ -30,7 +30,6 @@ from .run_command import add_run_options, config_from_args
 from .sweep_state import Sweep, open_sweep, save_sweep
 from .until_clear import UntilClear, checked_until
 
-
 REPRESENTATIVES = [f.representative for f in FRAMEWORKS.values() if f.representative]
 
 
