@@ -59,20 +59,22 @@ def repeats(lines: list[dict]) -> list[dict]:
     started: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
     for line in lines:
         for run in line.get("runs", ()):
-            env = tuple(f"{k}={v}" for k, v in sorted(run.get("env", {}).items()))
-            started[(*env, *run["args"])].append((line["test"], run["cpu_s"]))
-    found = [{"command": " ".join(args), "tests": sorted({test for test, _ in starts}),
+            env = " ".join(f"{k}={v}" for k, v in sorted(run.get("env", {}).items()))
+            started[(env, *run["args"])].append((line["test"], run["cpu_s"]))
+    found = [{"command": " ".join(args), "env": env,
+              "tests": sorted({test for test, _ in starts}),
               "starts": len(starts), "cpu_s": sum(cpu for _, cpu in starts),
               "saved_s": sum(cpu for _, cpu in starts) - min(cpu for _, cpu in starts)}
-             for args, starts in started.items() if len(starts) > 1]
+             for (env, *args), starts in started.items() if len(starts) > 1]
     return sorted(found, key=lambda row: -row["saved_s"])
 
 
 def repeats_table(rows: list[dict]) -> str:
     if not rows:
         return "\nNo training command was started twice with the same arguments.\n"
-    body = [[f"`parbench {row['command']}`", row["starts"], f"{row['cpu_s']:.0f}",
-             f"{row['saved_s']:.0f}", "<br>".join(row["tests"])] for row in rows]
+    body = [[f"`{row['env'] + ' ' if row['env'] else ''}parbench {row['command']}`",
+             row["starts"], f"{row['cpu_s']:.0f}", f"{row['saved_s']:.0f}",
+             "<br>".join(row["tests"])] for row in rows]
     return ("\n## Training commands started more than once\n\nThe same arguments (a test's "
             "own paths aside) started by several tests or several times: what a shared run "
             "would save.\n\n" + tabulate(body, headers=("command", "starts", "CPU s",

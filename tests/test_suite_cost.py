@@ -82,7 +82,7 @@ def test_a_command_several_tests_started_is_listed_with_what_sharing_saves(tmp_p
     faulty = {"args": run["args"], "env": {"PARBENCH_TEST_FAULT": "exit:1:2"}, "cpu_s": 3.0}
     lines[2]["runs"] = [faulty]  # the same arguments with a fault: another run
     (found,) = _suite_cost().repeats(lines)  # tf-single ran once: not a repeat
-    assert found == {"command": "run torch-ddp --out <path>", "tests": ["a1", "b1"],
+    assert found == {"command": "run torch-ddp --out <path>", "env": "", "tests": ["a1", "b1"],
                      "starts": 2, "cpu_s": 9.0, "saved_s": 5.0}
     (tmp_path / "gw0.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
     assert _suite_cost().main([str(tmp_path), "--cpu", "test CPU"]) == 0
