@@ -36,7 +36,7 @@ def test_interrupted_sweep_resumes_without_loss_or_duplicates(tmp_path):
         assert sweep.poll() is None and time.monotonic() < deadline, sweep.stderr.read()
         time.sleep(0.2)
     sweep.send_signal(signal.SIGINT)
-    assert sweep.wait(timeout=60) == 130
+    assert sweep.wait(timeout=60) == 130, sweep.stderr.read()
     before = {r["run_id"]: r for r in records_in(out)}
     assert 2 <= len(before) < len(EXPECTED)
     assert not list(out.glob(".*.tmp"))  # the interrupted run left nothing half-written

@@ -21,6 +21,7 @@ from parbench.base.errors import Unavailable, UsageError
 from parbench.base.files import private_tempdir
 from parbench.launch.config import Plan, RunConfig, resolve, sized
 from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
+from parbench.launch.lifetime import raise_if_stopping
 from parbench.results.records import BUSY_LOAD_PER_CORE, machine_busy, record_name, save_record
 from parbench.run.registry import BACKENDS, FRAMEWORKS, Backend
 
@@ -234,6 +235,7 @@ def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
                          sweep.order_seed)
         positions, round_start = _positions(slots), start
         for done, slot in enumerate(slots, 1):
+            raise_if_stopping()
             p = prepared[slot.config]
             label = _label(done, len(slots), slot, p, warmup_runs, after_round is None)
             if not slot.warmup and (slot.config, slot.index) in kept:

@@ -50,21 +50,37 @@ def become_subreaper() -> None:
     prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
+# The signal that asked this process to stop, once one has (handle_termination).
+_received: list[int] = []
+
+
+def _stop_exception(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
 def handle_termination() -> None:
     """Turn SIGTERM/SIGHUP into ``Terminated`` and keep SIGINT as KeyboardInterrupt; a second
     signal while the first is being cleaned up is ignored, so the cleanup itself finishes.
     A signal the caller ignores (a background job's SIGINT) stays ignored."""
-    state = {"stopping": False}
 
     def handler(signum: int, _frame) -> None:
-        if state["stopping"]:
+        if _received:
             return
-        state["stopping"] = True
-        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+        _received.append(signum)
+        raise _stop_exception(signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, handler)
+
+
+def raise_if_stopping() -> None:
+    """Raise the stop exception again if a signal came and its exception got lost: Python
+    prints and drops an exception raised while a ``__del__`` method or a finalizer runs (the
+    garbage collector can run them between any two bytecodes), and the handler ignores later
+    signals, so without this check a loop would run to its end after a Ctrl-C."""
+    if _received:
+        raise _stop_exception(_received[0])
 
 
 class ProcessTree:

@@ -18,7 +18,7 @@ from parbench.run.process import die_with_parent, how, write_exit
 
 from .config import Plan, RunConfig
 from .exits import first_failure
-from .lifetime import ProcessTree
+from .lifetime import ProcessTree, raise_if_stopping
 from .netns import enter_private_network
 from .nodes import interface_env
 from .nodewatch import Link
@@ -93,6 +93,7 @@ def supervise(cmd: list[str], plan: Plan, cfg: RunConfig, workdir: Path, link: L
     tree = ProcessTree(proc.pid)
     try:
         while proc.poll() is None:
+            raise_if_stopping()
             if time.monotonic() > deadline:
                 return "timeout", None
             tree.refresh()
