@@ -146,8 +146,21 @@ def resolved(*argv: str):
     (["--lr", "nan"], "--lr must be a finite number, got nan"),
     (["--lr", "inf"], "--lr must be a finite number, got inf"),
     (["--lr", "-0.1"], "--lr must be positive, got -0.1"),
-    (["--target-accuracy", "1.5"], "--target-accuracy must be in (0, 1], got 1.5"),
-    (["--target-accuracy", "-1"], "--target-accuracy must be in (0, 1], got -1.0"),
+    (["--target", "1.5"],
+     "--target must be in (0, 1], got 1.5 (a target of accuracy, fraction of the test set)"),
+    (["--target", "nan"], "--target must be a finite number, got nan"),
+    (["--target", "0", "--target-metric", "loss"],
+     "--target must be positive, got 0.0 (a target of loss, nats per test row)"),
+    (["--model", "gpt", "--target", "1", "--target-metric", "perplexity"],
+     "--target must be above 1, got 1.0 (a target of perplexity, exp(loss))"),
+    (["--target", "3", "--target-metric", "perplexity"], "--target-metric perplexity: "
+     "image-classification has no perplexity to reach; its targets: accuracy, loss"),
+    (["--target-metric", "loss"],
+     "--target-metric loss names what --target is of; give --target VALUE too"),
+    (["--target-metric", "f1"], "--target-metric 'f1' is not one of accuracy, loss, perplexity"),
+    (["--eval-every", "0"], "--eval-every must be at least 1, got 0"),
+    (["--steps", "10", "--eval-every", "11"],
+     "--eval-every 11 exceeds the run's 10 steps: it would evaluate only at the end"),
     (["--warmup-steps", "-5"], "--warmup-steps must be 0 or more, got -5"),
     (["--steps", "10", "--warmup-steps", "11"], "--warmup-steps 11 exceeds the run's 10 steps"),
     (["--momentum", "2"], "--momentum must be in [0, 1), got 2.0"),
@@ -173,7 +186,8 @@ def test_every_number_is_checked_for_range_and_finiteness(argv, line):
 
 
 @pytest.mark.parametrize("argv", [["--warmup-steps", "10", "--steps", "10"],
-                                  ["--target-accuracy", "1"], ["--momentum", "0"],
+                                  ["--target", "1"], ["--steps", "10", "--eval-every", "10"],
+                                  ["--model", "gpt", "--target", "0.01"], ["--momentum", "0"],
                                   ["--weight-decay", "0"], ["--seed", "2147483647"]])
 def test_the_edges_of_each_range_are_accepted(argv):
     assert resolved("torch-single", *argv).backend.name == "torch-single"

@@ -108,6 +108,11 @@ def test_input_metrics_prove_the_contract_and_measure_the_wait(tmp_path, monkeyp
      "global batch 128 exceeds the 100 training rows of --dataset synthetic"),
     (("torch-single", "--input", "native", "--profile"), "--profile splits the fp32 eager "
      "step into phases; it cannot be combined with --input"),
+    (("torch-single", "--model", "gpt", "--target", "1.4"), "--target 1.4 is below the "
+     "language's floor for loss (1.451): no model can reach it"),
+    (("torch-single", "--model", "gpt", "--target", "4.2", "--target-metric", "perplexity"),
+     "--target 4.2 is below the language's floor for perplexity (4.265): no model can reach "
+     "it"),
 ])
 def test_bad_input_options_are_refused_before_anything_starts(tmp_path, args, message):
     out = tmp_path / "runs"

@@ -32,18 +32,20 @@ def two_node_logs() -> list[RankLog]:
              {"step": 11, "accuracy": 0.6, "loss": 1.2, "train_s": 2.0, "eval_s": 0.25,
               "precision_macro": 0.5, "recall_macro": 0.55, "f1_macro": 0.52,
               "confusion_matrix": [[2]], "score_s": 0.4}]
-    common = dict(evals=evals, peak_device_mb=None)
+    # on the clock of time to target, rank 1 ends each evaluation later, but the second
+    rank0_evals = [dict(e, wall_s=wall) for e, wall in zip(evals, (0.6, 1.4, 2.5))]
+    rank1_evals = [dict(e, wall_s=wall) for e, wall in zip(evals, (0.7, 1.3, 2.6))]
     return [
         RankLog(rank=0, rows=3, first_step_start=100.5, node=0, host="a",
                 step_s=[2.0] + [(10 + i) * MS for i in range(11)], losses=[1.0] * 12,
                 peak_rss_mb=100.0, observed={"compute_dtype": "float32", "compiled_graphs": 1,
                                              "sync_bn_layers": 4, "micro_batches": 2,
                                              "clipped_steps": 3},
-                input={"wait_s": [0.001, 0.003]}, **common),
+                input={"wait_s": [0.001, 0.003]}, evals=rank0_evals, peak_device_mb=None),
         RankLog(rank=1, rows=1, first_step_start=101.0, node=1, host="b",
                 step_s=[3.0] + [(20 - i) * MS for i in range(11)], losses=[5.0] * 12,
                 peak_rss_mb=200.0, observed={"compiled_graphs": 2},
-                evals=[*evals[:2], dict(evals[2], score_s=0.9, accuracy=0.1)]),
+                evals=[*rank1_evals[:2], dict(rank1_evals[2], score_s=0.9, accuracy=0.1)]),
     ]
 
 
@@ -54,7 +56,7 @@ def test_warmup_leaves_out_a_tenth_of_the_steps_at_least_one_at_most_five() -> N
 
 def test_the_slowest_rank_defines_each_step_and_warmup_stays_out() -> None:
     metrics = aggregate(two_node_logs(), TASK, global_batch=4, launch_time=100.0,
-                        target_accuracy=None)
+                        target=None)
     assert metrics["steady_steps"] == 11
     assert metrics["step_time_ms"] == pytest.approx({"median": 18.0, "p10": 16.0, "p90": 20.0})
     assert metrics["throughput"] == pytest.approx(4 / 0.018)
@@ -93,7 +95,7 @@ def test_a_language_task_counts_tokens_per_step_over_the_median_step() -> None:
     for log in logs:
         log.evals = [dict(e, perplexity=float(np.exp(e["loss"])), tokens=64) for e in log.evals]
     task = LanguageModeling(8, context=16, loss_floor=1.0)
-    metrics = aggregate(logs, task, global_batch=4, launch_time=100.0, target_accuracy=None)
+    metrics = aggregate(logs, task, global_batch=4, launch_time=100.0, target=None)
     assert metrics["items_per_step"] == 4 * 16
     assert metrics["throughput"] == pytest.approx(4 * 16 / 0.018, rel=1e-12)
     assert (metrics["loss_floor"], metrics["floor_gap"]) == (1.0, pytest.approx(0.2))
@@ -105,21 +107,21 @@ def test_the_loss_curve_weights_each_rank_by_its_rows() -> None:
 
 
 def test_evaluation_modes_and_memory_come_from_the_right_ranks() -> None:
-    metrics = aggregate(two_node_logs(), TASK, 4, 100.0, target_accuracy=None)
+    metrics = aggregate(two_node_logs(), TASK, 4, 100.0, target=None)
     assert (metrics["final_accuracy"], metrics["final_loss"], metrics["eval_s"]) == (
         0.6, 1.2, 0.25)
     assert metrics["accuracy_curve"][0]["step"] == 2  # rank 0's evaluations, every one
     assert metrics["accuracy_curve"][1:] == [
-        {"step": 5, "accuracy": 0.4, "loss": 1.5, "train_s": 1.0, "precision_macro": 0.3,
-         "recall_macro": 0.35, "f1_macro": 0.32},
-        {"step": 11, "accuracy": 0.6, "loss": 1.2, "train_s": 2.0, "precision_macro": 0.5,
-         "recall_macro": 0.55, "f1_macro": 0.52}]
+        {"step": 5, "accuracy": 0.4, "loss": 1.5, "train_s": 1.0, "eval_s": 0.3, "wall_s": 1.4,
+         "precision_macro": 0.3, "recall_macro": 0.35, "f1_macro": 0.32},
+        {"step": 11, "accuracy": 0.6, "loss": 1.2, "train_s": 2.0, "eval_s": 0.25,
+         "wall_s": 2.5, "precision_macro": 0.5, "recall_macro": 0.55, "f1_macro": 0.52}]
     assert (metrics["precision_macro"], metrics["confusion_matrix"]) == (0.5, [[2]])
     assert (metrics["compute_dtype"], metrics["sync_bn_layers"], metrics["micro_batches"],
             metrics["clipped_steps"]) == ("float32", 4, 2, 3)
     assert metrics["compiled_graphs"] == 2  # the most any rank compiled
     assert metrics["peak_rss_mb"] == [100.0, 200.0] and metrics["peak_device_mb"] is None
-    assert metrics["target_accuracy"] is None and metrics["time_to_target_s"] is None
+    assert metrics["target"] is None and metrics["time_to_target_s"] is None
 
 
 def test_defaults_when_no_rank_observed_its_modes() -> None:
@@ -144,9 +146,34 @@ def test_a_node_whose_rank_did_not_time_its_scoring_has_no_score_time() -> None:
 
 
 def test_time_to_target_is_the_first_evaluation_that_reached_it() -> None:
-    reached = [aggregate(two_node_logs(), TASK, 4, 100.0, target)["time_to_target_s"]
-               for target in (0.05, 0.3, 0.4, 0.5, 0.6, 0.7)]
-    assert reached == [0.5, 1.0, 1.0, 2.0, 2.0, None]
+    """Accuracy is reached from above, loss from below; the time is that evaluation's end on
+    the clock of time to target, on the last rank to get there; steps and samples with it."""
+    def to_target(metric: str, value: float) -> dict:
+        target = (TASK.target_of(metric), value)
+        metrics = aggregate(two_node_logs(), TASK, 4, 100.0, target)
+        assert metrics["time_to_target_s"] == metrics["target"]["time_s"]
+        return metrics["target"]
+
+    assert [to_target("accuracy", v)["time_s"] for v in (0.05, 0.3, 0.4, 0.5, 0.6)] == [
+        0.7, 1.4, 1.4, 2.6, 2.6]
+    assert [to_target("loss", v)["time_s"] for v in (2.5, 2.0, 1.6, 1.5, 1.3, 1.2)] == [
+        0.7, 0.7, 1.4, 1.4, 2.6, 2.6]
+    assert to_target("accuracy", 0.4) == {
+        "metric": "accuracy", "value": 0.4, "better": "higher", "evaluations": 3,
+        "reached": True, "time_s": 1.4, "steps": 5, "items": 20}
+    assert to_target("loss", 1.1) == {
+        "metric": "loss", "value": 1.1, "better": "lower", "evaluations": 3,
+        "reached": False, "time_s": None, "steps": None, "items": None}
+
+
+def test_a_language_target_counts_tokens_and_reads_the_figure_it_names() -> None:
+    logs = two_node_logs()
+    for log in logs:
+        log.evals = [dict(e, perplexity=float(np.exp(e["loss"])), tokens=64) for e in log.evals]
+    task = LanguageModeling(8, context=16, loss_floor=1.0)
+    perplexity = aggregate(logs, task, 4, 100.0, (task.target_of("perplexity"), 4.5))
+    assert perplexity["target"]["steps"] == 5 and perplexity["target"]["items"] == 5 * 4 * 16
+    assert task.target_of(None).metric == "loss"  # the task's first target
 
 
 def test_each_node_has_its_steady_steps_slowest_scoring_and_mean_wait() -> None:

@@ -40,7 +40,7 @@ TRAINING = ["--dataset", "digits", "--steps", "10", "--global-batch", "32",
             "--warmup-steps", "3"]
 RUNS = {  # name: (backend, options); nonorm runs are compared with tf-single
     "torch-single": ("torch-single", ["--model", "resnet-nonorm"]),
-    "tf-single": ("tf-single", ["--model", "resnet-nonorm", "--target-accuracy", "0.05"]),
+    "tf-single": ("tf-single", ["--model", "resnet-nonorm", "--target", "0.05"]),
     "tf-mirrored": ("tf-mirrored", ["--model", "resnet-nonorm"]),
     "tf-multiworker": ("tf-multiworker", ["--model", "resnet-nonorm"]),
     # BatchNorm statistics depend on which rows each replica gets: fit's feed is checked here

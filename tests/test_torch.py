@@ -46,7 +46,7 @@ def test_default_budget_reaches_high_accuracy(tmp_path):
 ])
 def test_run_writes_records_that_check_accepts(tmp_path, backend, devices, extra):
     result = parbench("run", backend, "--devices", devices, "--steps", "6", "--global-batch",
-                      "32", "--target-accuracy", "0.05", "--out", str(tmp_path), *extra)
+                      "32", "--target", "0.05", "--out", str(tmp_path), *extra)
     assert result.returncode == 0, result.stderr
     assert parbench("check", str(tmp_path)).returncode == 0
     records = records_in(tmp_path)

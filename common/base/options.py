@@ -43,7 +43,7 @@ class Bounds:
         if self.high is None:
             if self.low == 0:
                 return "positive" if self.low_open else "0 or more"
-            return f"at least {_shown(self.low)}"
+            return f"{'above' if self.low_open else 'at least'} {_shown(self.low)}"
         return (f"in {'(' if self.low_open else '['}{_shown(self.low)}, "
                 f"{_shown(self.high)}{')' if self.high_open else ']'}")
 

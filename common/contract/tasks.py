@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from parbench.base.options import Bounds, Option
+from parbench.base.options import ACCURACY, POSITIVE, Bounds, Option
 
 from .data import DATASET_NAMES, NEEDS_DATA_DIR, Dataset, load_dataset
 from .language import LANGUAGE_DATASETS, load_language
@@ -52,6 +52,21 @@ class Quality:
 
 
 @dataclass(frozen=True)
+class Target:
+    """A figure of the task's evaluation that a run can be timed to and stopped at (--target,
+    --target-metric): the first evaluation whose figure reaches the target's value ends the
+    run."""
+
+    metric: str  # the evaluation's key (and --target-metric's choice)
+    better: str  # "higher" or "lower": which side of the value is reached
+    bounds: Bounds  # the values a target of it can take
+    unit: str
+
+    def reached(self, figure: float, value: float) -> bool:
+        return figure >= value if self.better == "higher" else figure <= value
+
+
+@dataclass(frozen=True)
 class Task(ABC):
     """One kind of learning problem, for a dataset of ``classes`` output classes (the label
     values, or a language model's vocabulary): the width of its models' output."""
@@ -72,9 +87,8 @@ class Task(ABC):
     # its quality figures, the first the headline's; and how its own are made, for the notes
     quality: ClassVar[tuple[Quality, ...]]
     quality_note: ClassVar[str]
-    # the evaluation's figure --target-accuracy applies to (higher is better): the record's
-    # time_to_target_s is the training time of the first evaluation that reached it
-    target: ClassVar[str] = "accuracy"
+    # the figures --target can be of, the first by default (see Target)
+    targets: ClassVar[tuple[Target, ...]]
     # the metrics its records carry from schema ``record_since`` on, beyond every task's
     record_fields: ClassVar[tuple[str, ...]]
     record_since: ClassVar[int]
@@ -113,6 +127,22 @@ class Task(ABC):
     @classmethod
     def option_problem(cls, dataset: str, given: dict) -> str | None:
         """What is wrong with its options given for ``dataset`` before any data is read."""
+        return None
+
+    @classmethod
+    def target_of(cls, metric: str | None) -> Target:
+        """The target figure --target-metric names (None: the task's first); ValueError for a
+        figure the task has no target of."""
+        if metric is None:
+            return cls.targets[0]
+        for target in cls.targets:
+            if target.metric == metric:
+                return target
+        raise ValueError(f"--target-metric {metric}: {cls.name} has no {metric} to reach; "
+                         f"its targets: {', '.join(t.metric for t in cls.targets)}")
+
+    def unreachable(self, target: Target, value: float) -> str | None:
+        """Why the data itself rules a target out (a loss below the data's floor), or None."""
         return None
 
     def extra_metrics(self, final: dict) -> dict:
@@ -192,6 +222,9 @@ class ImageClassification(Task):
     default_optimizer: ClassVar[str] = "sgd"
     curve_metric: ClassVar[tuple[str, str]] = ("accuracy", "test accuracy")
     curve_by_items: ClassVar[bool] = False
+    targets: ClassVar[tuple[Target, ...]] = (
+        Target("accuracy", "higher", ACCURACY, "fraction of the test set"),
+        Target("loss", "lower", POSITIVE, "nats per test row"))
 
     @classmethod
     def load(cls, dataset: str, data_dir: Path | None, options: dict) -> Dataset:
@@ -271,6 +304,10 @@ class LanguageModeling(Task):
     default_optimizer: ClassVar[str] = "adamw"
     curve_metric: ClassVar[tuple[str, str]] = ("loss", "validation loss, nats")
     curve_by_items: ClassVar[bool] = True
+    targets: ClassVar[tuple[Target, ...]] = (
+        Target("loss", "lower", POSITIVE, "nats per validation token"),
+        Target("perplexity", "lower", Bounds(1, low_open=True), "exp(loss)"),
+        Target("accuracy", "higher", ACCURACY, "next-token accuracy"))
 
     @classmethod
     def load(cls, dataset: str, data_dir: Path | None, options: dict) -> Dataset:
@@ -286,6 +323,16 @@ class LanguageModeling(Task):
         if given.get("vocab") is not None and dataset == "text":
             return ("--vocab is the synthetic language's; --dataset text has byte tokens "
                     "(vocabulary 256)")
+        return None
+
+    def unreachable(self, target: Target, value: float) -> str | None:
+        """A loss (or perplexity) under the language's floor: no model can reach it."""
+        if self.loss_floor is None or target.metric not in ("loss", "perplexity"):
+            return None
+        floor = self.loss_floor if target.metric == "loss" else float(np.exp(self.loss_floor))
+        if value < floor:
+            return (f"--target {value} is below the language's floor for {target.metric} "
+                    f"({floor:.4g}): no model can reach it")
         return None
 
     def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
@@ -341,6 +388,11 @@ def task_of_dataset(dataset: str) -> type[Task]:
 def all_datasets() -> tuple[str, ...]:
     """Every task's datasets: the --dataset choices."""
     return tuple(d for task in TASKS.values() for d in task.datasets)
+
+
+def target_metrics() -> tuple[str, ...]:
+    """Every figure some task can be timed to: --target-metric's choices."""
+    return tuple(dict.fromkeys(t.metric for task in TASKS.values() for t in task.targets))
 
 
 def task_options() -> tuple[Option, ...]:

@@ -11,7 +11,7 @@ from parbench.base.errors import Unavailable, UsageError
 from parbench.base.options import problems
 from parbench.contract.optim import OptimizerSpec, scaled_lr
 from parbench.contract.spec import build_spec, uses_batchnorm
-from parbench.contract.tasks import TASKS, Task, task_of_dataset, task_of_model
+from parbench.contract.tasks import TASKS, Target, Task, task_of_dataset, task_of_model
 from parbench.run.modes import Modes, input_problem, refusal
 from parbench.run.registry import BACKENDS, Backend
 
@@ -42,6 +42,8 @@ class Plan:
     profile: bool = False  # a profiled run: its own record name, never in performance tables
     modes: Modes = Modes()
     nodes: Nodes | None = None  # a multi-node run's settings; None on one machine
+    target: Target | None = None  # --target's figure: the run stops when it reaches the value
+    eval_every: int | None = None  # steps between evaluations (None: at every epoch's end)
 
     @property
     def nnodes(self) -> int:
@@ -106,6 +108,23 @@ def _check_choices(cfg: RunConfig) -> None:
             raise UsageError(str(err)) from None
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
+
+
+def _target(cfg: RunConfig) -> Target | None:
+    """--target's figure, checked against the task's targets and the figure's range."""
+    if cfg.target is None:
+        if cfg.target_metric is not None:
+            raise UsageError(f"--target-metric {cfg.target_metric} names what --target is of; "
+                             "give --target VALUE too")
+        return None
+    try:
+        target = task_of_model(cfg.model).target_of(cfg.target_metric)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    wrong = target.bounds.problem("--target", cfg.target)
+    if wrong:
+        raise UsageError(f"{wrong} (a target of {target.metric}, {target.unit})")
+    return target
 
 
 def _check_owned_options(cfg: RunConfig, task: type[Task]) -> None:
@@ -191,7 +210,7 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     optimizer = _optimizer(cfg, global_batch)
     plan = Plan(backend, launcher, world, global_batch, per_device, mode, cfg.steps or 0, epochs,
                 threads, optimizer, _isolation(cfg.isolate_network, nodes), cfg.profile, modes,
-                nodes)
+                nodes, _target(cfg), cfg.eval_every)
     return plan if train_size is None else sized(plan, cfg, train_size)
 
 
@@ -207,6 +226,9 @@ def sized(plan: Plan, cfg: RunConfig, train_size: int) -> Plan:
         raise UsageError(f"--steps/--epochs must give at least 1 step, got {steps}")
     if cfg.warmup_steps > steps:
         raise UsageError(f"--warmup-steps {cfg.warmup_steps} exceeds the run's {steps} steps")
+    if plan.eval_every is not None and plan.eval_every > steps:
+        raise UsageError(f"--eval-every {plan.eval_every} exceeds the run's {steps} steps: it "
+                         "would evaluate only at the end")
     return replace(plan, total_steps=steps)
 
 

@@ -60,9 +60,13 @@ def spec_hash(spec: ModelSpec, dataset: Dataset, plan: Plan, cfg: RunConfig) -> 
                     "steps": cfg.steps, "lr_scaling": cfg.lr_scaling}
     else:
         training = {"global_batch": plan.global_batch, "steps": plan.total_steps}
+    # a target ends a run early and more evaluations take time: hashed when given, so the
+    # runs without them keep the hash they had before either existed
+    aimed = {"target": cfg.target, "target_metric": plan.target.metric} if plan.target else {}
+    every = {"eval_every": plan.eval_every} if plan.eval_every else {}
     return sha256_of({"model": spec_dict(spec), "data": dataset.fingerprint(),
                       "training": {**training, "batch_mode": plan.batch_mode,
-                                   "optimizer": optimizer, "seed": cfg.seed}})
+                                   "optimizer": optimizer, "seed": cfg.seed, **aimed, **every}})
 
 
 def run_variant(plan: Plan) -> dict:
@@ -87,6 +91,9 @@ def prepare(cfg: RunConfig, shared: Path, plan: Plan | None = None) -> Prepared:
         dataset = _train_subset(dataset, cfg.train_subset)
     plan = sized(plan, cfg, len(dataset.y_train))
     task = task_of_model(cfg.model).from_data(dataset)
+    unreachable = plan.target and task.unreachable(plan.target, cfg.target)
+    if unreachable:
+        raise UsageError(unreachable)
     try:  # e.g. a vit patch that does not divide the dataset's images
         spec = task.spec_for(cfg.model, dataset.input_shape, cfg.model_sizes())
     except ValueError as err:
@@ -133,7 +140,9 @@ def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None,
                workdir=str(workdir), shared=str(prepared.shared),
                save_weights=save_weights_to is not None, verbose=cfg.verbose,
                profile_steps=_profile_steps(prepared), modes=plan.modes,
-               epochs=plan.epochs, nnodes=plan.nnodes,
+               epochs=plan.epochs, eval_every=plan.eval_every,
+               target=cfg.target, target_metric=cfg.target_metric,
+               nnodes=plan.nnodes,
                node_rank=plan.nodes.node_rank if plan.nodes else 0,
                cluster=checked_in.workers()
                if checked_in and LAUNCHERS[plan.launcher].worker_ports else None)

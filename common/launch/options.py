@@ -14,10 +14,10 @@ from dataclasses import field, fields, make_dataclass
 from pathlib import Path
 
 from parbench.base.errors import UsageError
-from parbench.base.options import ACCURACY, AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Option
+from parbench.base.options import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bounds, Option
 from parbench.contract.optim import OPTIMIZER_OPTIONS
 from parbench.contract.spec import MODEL_OPTIONS
-from parbench.contract.tasks import all_datasets, task_of_model, task_options
+from parbench.contract.tasks import all_datasets, target_metrics, task_of_model, task_options
 from parbench.run.modes import MODES, Modes
 from parbench.run.registry import BACKENDS
 
@@ -49,8 +49,15 @@ _RUN = (
            bounds=AT_LEAST_ONE),
     Option("timeout", float, 900.0, "seconds before a run is killed and recorded (900)",
            bounds=POSITIVE),
-    Option("target_accuracy", float, help="report the training time to reach it",
-           bounds=ACCURACY),
+    Option("target", float, help="stop at the first evaluation that reaches it, and record "
+           "the time to it (as MLPerf times training): the test accuracy for images (higher is "
+           "better), the validation loss in nats per token for gpt (lower); --target-metric "
+           "picks another of the task's figures", bounds=Bounds(), metavar="VALUE"),
+    Option("target_metric", str, help="the figure --target is of: accuracy or loss for "
+           "images; loss, perplexity or accuracy (next-token) for gpt", choices=target_metrics),
+    Option("eval_every", int, help="evaluate every N steps and at the end (default: at every "
+           "epoch's end); a --target is checked at each evaluation", bounds=AT_LEAST_ONE,
+           metavar="N"),
     Option("out", str, "results/runs", "folder for the records (results/runs)"),
     Option("verbose", bool, False, "let framework logs through"),
     Option("isolate_network", str, "auto", "run the processes in a private network namespace "

@@ -96,7 +96,7 @@ def _metrics(parts: Parts, framework_env: dict) -> dict | None:
     if run.status != "ok":
         return None
     metrics = aggregate(run.logs, parts.task, plan.global_batch, run.launch,
-                        cfg.target_accuracy)
+                        None if plan.target is None else (plan.target, cfg.target))
     metrics["flops"] = _flops(parts, metrics, framework_env)
     if parts.fed is not None:
         metrics["input"] = parts.fed

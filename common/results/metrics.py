@@ -7,8 +7,11 @@ import math
 
 import numpy as np
 
-from parbench.contract.tasks import Task
+from parbench.contract.tasks import Target, Task
 from parbench.run.loop import RankLog
+
+# what each evaluation of the curve keeps, besides its task's own figures
+CURVE_FIELDS = ("step", "accuracy", "loss", "train_s", "eval_s", "wall_s")
 
 
 def _percentiles(step_s: np.ndarray) -> dict:
@@ -22,9 +25,10 @@ def warmup_steps(total: int) -> int:
 
 
 def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: float,
-              target_accuracy: float | None) -> dict:
+              target: tuple[Target, float] | None) -> dict:
     """Metrics of a run from its per-process logs; the slowest process defines each step, and
-    throughput counts the task's unit (samples of a global batch)."""
+    throughput counts the task's unit (samples of a global batch). ``target``: --target's
+    figure and value."""
     step_s = np.max([log.step_s for log in logs], axis=0)
     first_steady = warmup_steps(len(step_s))
     rows = np.array([log.rows for log in logs], dtype=float)
@@ -33,8 +37,7 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
     evals = logs[0].evals
     timing = _percentiles(steady)
     devices = [mb for log in logs for mb in (log.peak_device_mb or [])]
-    reached = [e["train_s"] for e in evals  # the task says which figure a target is of
-               if target_accuracy is not None and e[task.target] >= target_accuracy]
+    to_target = time_to_target(logs, task.items(global_batch), target)
     observed = logs[0].observed or {}
     graphs = [log.observed.get("compiled_graphs") for log in logs if log.observed]
     return {
@@ -52,8 +55,8 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
         "final_accuracy": float(evals[-1]["accuracy"]),
         "final_loss": float(evals[-1]["loss"]),
         "loss_curve": [float(v) for v in losses],
-        "accuracy_curve": [{k: e[k] for k in ("step", "accuracy", "loss", "train_s",
-                                              *task.curve_fields) if k in e} for e in evals],
+        "accuracy_curve": [{k: e[k] for k in CURVE_FIELDS + task.curve_fields if k in e}
+                           for e in evals],
         **{k: evals[-1][k] for k in task.final_fields},
         **task.extra_metrics(evals[-1]),
         "compute_dtype": observed.get("compute_dtype"),
@@ -61,8 +64,8 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
         "sync_bn_layers": observed.get("sync_bn_layers", 0),
         "micro_batches": observed.get("micro_batches", 1),
         "clipped_steps": observed.get("clipped_steps"),
-        "target_accuracy": target_accuracy,
-        "time_to_target_s": reached[0] if reached else None,
+        "target": to_target,
+        "time_to_target_s": to_target["time_s"] if to_target else None,
         "peak_rss_mb": [log.peak_rss_mb for log in logs],
         "peak_device_mb": devices or None,
         # every device's state, in rank order (None where the framework does not count it);
@@ -72,6 +75,26 @@ def aggregate(logs: list[RankLog], task: Task, global_batch: int, launch_time: f
         "communication": logs[0].communication,
         "nodes": per_node(logs, first_steady),
     }
+
+
+def time_to_target(logs: list[RankLog], items_per_step: int,
+                   target: tuple[Target, float] | None) -> dict | None:
+    """metrics.target: the figure and value aimed at, and whether, when, after how many steps
+    and items (samples or tokens) the first evaluation reached it. ``time_s`` is that
+    evaluation's end on the clock of time to target (parbench.run.loop.Evaluations), on the
+    last rank to get there. None without a target."""
+    if target is None:
+        return None
+    figure, value = target
+    evals = logs[0].evals
+    hit = next((i for i, e in enumerate(evals) if figure.reached(e[figure.metric], value)), None)
+    aimed = {"metric": figure.metric, "value": value, "better": figure.better,
+             "evaluations": len(evals)}
+    if hit is None:
+        return {**aimed, "reached": False, "time_s": None, "steps": None, "items": None}
+    steps = evals[hit]["step"]
+    return {**aimed, "reached": True, "time_s": max(log.evals[hit]["wall_s"] for log in logs),
+            "steps": steps, "items": steps * items_per_step}
 
 
 def cpu_per_step(logs: list[RankLog], first_steady: int) -> dict:

@@ -193,7 +193,10 @@ def _noisy(cv: float | None, runs: list[dict]) -> str:
 
 
 def _time_to_target(row: Row) -> float | None:
-    if not any(m.get("target_accuracy") is not None for m in row.metrics):
+    """The median time to target, a run that never reached it counted as infinitely slow
+    (the time-to-target table says how many did); None where no run had a target (records
+    before schema 12 name it target_accuracy)."""
+    if not any(m.get("target") or m.get("target_accuracy") is not None for m in row.metrics):
         return None
     return row.median(lambda m: math.inf if m["time_to_target_s"] is None
                       else m["time_to_target_s"])

@@ -38,6 +38,9 @@ class Job:
     profile_steps: list[int] | None = None  # --profile: [first, stop) of the profiled steps
     modes: Modes = Modes()
     epochs: int | None = None  # --epochs (None with --steps): passes of the run's feed
+    eval_every: int | None = None  # steps between evaluations (None: at every epoch's end)
+    target: float | None = None  # --target: the run stops at an evaluation that reaches it
+    target_metric: str | None = None  # the task's figure it is of (None: the task's first)
     verbose: bool = False
     extra: dict = field(default_factory=dict)
     nnodes: int = 1  # a multi-node run: world_size counts every node's devices

@@ -165,6 +165,39 @@ def evaluate_test_set(strategy: Strategy, data: Dataset, task: Task, step: int,
             "eval_s": time.perf_counter() - start, "score_s": score_s}
 
 
+class Evaluations:
+    """When the loop evaluates, and whether a --target stops it. Evaluations come at every
+    epoch's end, or every ``job.eval_every`` steps, and after the last step. Each one's
+    ``wall_s`` runs on the clock of time to target, as MLPerf's: it starts at the first touch
+    of training data (start-up, model building and weight loading stay off it; the first
+    step's compilation is on it, since that step trains) and counts everything after,
+    evaluations and data waits included."""
+
+    def __init__(self, job: Job, strategy: Strategy, data: Dataset):
+        self.job, self.strategy, self.data = job, strategy, data
+        self.target = None if job.target is None else job.task.target_of(job.target_metric)
+        self.clock_start = 0.0
+
+    def start_clock(self) -> None:
+        self.clock_start = time.perf_counter()
+
+    def due(self, index: int, epoch_end: bool, total: int) -> bool:
+        every = self.job.eval_every
+        return index == total - 1 or ((index + 1) % every == 0 if every else epoch_end)
+
+    def reached_target(self, log: RankLog, index: int, train_s: float) -> bool:
+        """Evaluate after step ``index`` into ``log``; whether the run's target is reached.
+        Every process scores the same summed counts, and the processes still agree on the
+        answer (any one reaching it stops all), so all of them stop after the same step."""
+        scores = evaluate_test_set(self.strategy, self.data, self.job.task, index, train_s)
+        reached = self.target is not None \
+            and self.target.reached(scores[self.target.metric], self.job.target)
+        if self.target is not None and self.strategy.num_processes > 1:
+            reached = bool(self.strategy.all_reduce_sum(np.array([float(reached)]))[0])
+        log.evals.append({**scores, "wall_s": time.perf_counter() - self.clock_start})
+        return reached
+
+
 def eval_chunks(rows: range, total: int, processes: int) -> list[tuple[int, int]]:
     """``rows`` in chunks of at most EVAL_CHUNK, as many on every process (the largest part's
     count; a chunk may be empty): a sharded model gathers its parameters in every forward, a
@@ -234,6 +267,8 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
     progress, optimizer, train_s = Progress(job, strategy.rank, total), job.optimizer_spec, 0.0
     session = Session(strategy.profiler(), job.profile_steps, strategy.train_step) \
         if job.profile_steps else None
+    evaluations = Evaluations(job, strategy, data)
+    evaluations.start_clock()  # the first touch of training data is next
     batches = feed.batches(total)
     for index in range(total):
         waited = time.perf_counter()
@@ -261,8 +296,9 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
         if not all_finite(strategy, log.losses[-1]):
             log.diverged_step = index  # no evaluation of a model gone non-finite
             break
-        if batch.epoch_end or index == total - 1:
-            log.evals.append(evaluate_test_set(strategy, data, job.task, index, train_s))
+        if evaluations.due(index, batch.epoch_end, total) \
+                and evaluations.reached_target(log, index, train_s):
+            break
     progress.update(len(log.step_s), force=True)
     log.profile = session.result() if session else None
     return finish_rank_log(job, strategy, log, fed)

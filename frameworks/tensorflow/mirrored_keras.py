@@ -29,9 +29,9 @@ What fit changes, and how the contract still holds:
   ``global_clipnorm`` would clip each replica's part before the sum (optimizers.py).
 * Bookkeeping: fit owns the loop, so ``run_worker`` hands it the training (``train=``) and
   keeps the rest: building the strategy, writing a failure, the teardown. A callback does per
-  step what the loop does (fault injection, timings, losses, progress, evaluation at every
-  epoch end with the loop's own ``evaluate_test_set``) and the loop's ``write_rank_log``
-  writes rank0.json.
+  step what the loop does (fault injection, timings, losses, progress, the loop's own
+  ``Evaluations``: when to evaluate, and stopping fit at a --target through
+  ``model.stop_training``) and the loop's ``write_rank_log`` writes rank0.json.
   fit takes each batch inside its compiled train function, out of the loop's sight, so the
   wait for data is measured there: ``tf.timestamp`` when the replicas' step starts and when its
   batch is on every replica (``FeedProbe``). A step is timed from fit's batch-begin to batch-end
@@ -61,13 +61,13 @@ from parbench.contract.optim import lr_at
 from parbench.run.feeds import Batch, FeedLog, run_length
 from parbench.run.job import Job
 from parbench.run.loop import (
+    Evaluations,
     Progress,
     RankLog,
     all_finite,
     check_modes,
     cpu_since,
     cpu_times,
-    evaluate_test_set,
     finish_rank_log,
     footprint,
     inject_test_fault,
@@ -263,6 +263,10 @@ class StepLog(keras.callbacks.Callback):
         self.log, self.fed = RankLog(rank=0, rows=job.global_batch), FeedLog(strategy.feed)
         self.progress, self.start = Progress(job, 0, self.total), 0.0
         self.cpu = (0.0, 0.0)
+        self.evaluations = Evaluations(job, strategy, strategy.data)
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.evaluations.start_clock()  # fit reads its first batch next
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         inject_test_fault(0, batch)
@@ -288,9 +292,9 @@ class StepLog(keras.callbacks.Callback):
         if not all_finite(self.strategy, self.log.losses[-1]):  # as the loop stops
             self.log.diverged_step, self.model.stop_training = batch, True
             return
-        if epoch_end or batch == self.total - 1:
-            self.log.evals.append(evaluate_test_set(self.strategy, self.strategy.data,
-                                                    self.job.task, batch, self.train_s))
+        if self.evaluations.due(batch, epoch_end, self.total) \
+                and self.evaluations.reached_target(self.log, batch, self.train_s):
+            self.model.stop_training = True  # fit ends after this step, as the loop does
 
     def finish(self) -> RankLog:
         self.progress.update(len(self.log.step_s), force=True)
