@@ -45,7 +45,8 @@ def language_record(backend: str, devices: int, repeat: int, tokens_per_s: float
                                       {"framework": "torch", "framework_version": "2.5.1",
                                        "compute_dtype": "float32", "peak_threads": devices,
                                        "nodes": 1, "gpu_model": None}),
-               "cpu_ms_per_step": {"user": [1.0] * devices, "system": [0.1] * devices}}
+               "cpu_ms_per_step": {"user": [1.0] * devices, "system": [0.1] * devices},
+               "target": None}
     return {**base, "schema_version": SCHEMA_VERSION, "task": "language-modeling",
             "model": "gpt", "dataset": "markov", "metrics": metrics, "nnodes": 1,
             "node_rank": 0, "hosts": ["h"] * devices, "variant": {"threads": 1, "nnodes": 1},

@@ -9,9 +9,11 @@ frameworks' proven agreement (tests/test_trajectories.py) keeps far from the edg
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from conftest import needs, run_ok
+from conftest import needs, parbench, run_ok
 
 pytestmark = pytest.mark.slow
 TRAINING = ["--model", "mlp", "--steps", "40", "--global-batch", "32", "--eval-every", "4"]
@@ -83,3 +85,19 @@ def test_every_rank_stops_at_the_same_step(tmp_path, backend):
     assert metrics["target"]["reached"] and metrics["target"]["steps"] == REACHED_AT
     assert len(metrics["loss_curve"]) == REACHED_AT
     assert record["metrics"]["input"]["epochs"][0]["steps"] == REACHED_AT
+
+
+@needs("torch")
+def test_the_report_shows_the_time_to_target_and_the_headline_says_who_was_first(runs,
+                                                                               tmp_path):
+    folder = tmp_path / "both"
+    folder.mkdir()
+    for name, record in runs.items():
+        (folder / f"{name.replace(' ', '-')}.json").write_text(json.dumps(record))
+    report = parbench("report", str(folder))
+    assert report.returncode == 0, report.stderr
+    headline, table = report.stdout.split("\n## Time to target\n")[:2]
+    assert "Time to target: mlp on synthetic, accuracy >= 0.9, every 4 steps, 1 device(s): " \
+           "torch-single first in" in headline
+    assert "| 1/1 " in table and "768 samples" in table  # the run that reached it: 24 x 32
+    assert "loss <= 1e-06, every 4 steps" in table and "not reached" in table

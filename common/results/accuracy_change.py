@@ -89,7 +89,8 @@ def _one_device_lr(record: dict) -> float:
 
 def baseline_key(record: dict) -> tuple:
     """What a run fixes besides seed, backend, devices, launcher, nodes and modes, as one device
-    would run it: model and sizes, data, the 1-device batch, budget, optimizer and lr. On one
+    would run it: model and sizes, data, the 1-device batch, budget, optimizer and lr, target
+    and evaluation interval. On one
     device --global-batch B and --per-device-batch B are the same run, so both key alike."""
     config = record.get("config") or {}
     batch = record["per_device_batch"] if record["batch_mode"] == "per-device" \
@@ -98,7 +99,9 @@ def baseline_key(record: dict) -> tuple:
     return (record["model"], *(config.get(k) for k in ("width", "depth", "heads")),
             record["dataset"], *(config.get(k) for k in ("data_dir", "context", "vocab",
                                                          "train_subset")),
-            batch, config.get("epochs"), config.get("steps"), optimizer, _one_device_lr(record))
+            batch, config.get("epochs"), config.get("steps"), optimizer, _one_device_lr(record),
+            # a run stopped at a target, or evaluated more often, is another configuration
+            *(config.get(k) for k in ("target", "target_metric", "eval_every")))
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from .rows import (
     status_of,
 )
 from .scaling import scaling_cells
+from .time_to_target import target_text
 
 
 def _title(sha: str, records: list[dict]) -> str:
@@ -32,11 +33,16 @@ def _title(sha: str, records: list[dict]) -> str:
     def values(get: Callable[[dict], object], of: list[dict] = records) -> str:
         return "/".join(dict.fromkeys(str(get(r)) for r in of))
 
-    steps = values(lambda r: r["steps"])
+    steps = values(lambda r: r["steps"]) + " steps"
+    aimed = [r for r in records if (r.get("metrics") or {}).get("target")]
+    if aimed:  # a run stopped at its target: the steps it took, beside its budget
+        budget = values(lambda r: f"{r['config']['steps']} steps" if r["config"].get("steps")
+                        else f"{r['config'].get('epochs') or 2} epochs", aimed)
+        steps += f" (stopped at {values(target_text, aimed)}; budget {budget})"
     return (f"spec {sha[:10]}: model {values(lambda r: r['model'])}, dataset "
             f"{values(lambda r: r['dataset'])}, global batch "
             f"{values(lambda r: r['global_batch'])} ({values(lambda r: r['batch_mode'])} batch "
-            f"fixed), {steps} steps, lr {values(lambda r: r['lr'])}, seed "
+            f"fixed), {steps}, lr {values(lambda r: r['lr'])}, seed "
             f"{values(lambda r: r['seed'])}")
 
 

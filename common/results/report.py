@@ -44,13 +44,17 @@ from .sharding import COLUMNS as SHARDING_COLUMNS
 from .sharding import NOTES as SHARDING_NOTES
 from .sharding import sharded_pairs, sharding_cells, trade_line, unsharded_frameworks
 from .tidy import to_csv
+from .time_to_target import AGAINST_ONE_DEVICE, first_line, time_to_target_rows
+from .time_to_target import COLUMNS as TIME_TO_TARGET
+from .time_to_target import NOTE as TIME_TO_TARGET_NOTE
+from .time_to_target import SAID_ONCE as TARGET_SAID_ONCE
 
 # left out of a table where no row has it: older records; MFU where no GPU has a datasheet
 # peak; utilisation where no peak was measured
 OPTIONAL = ("data wait %", "shared cores", "vs single same threads", *FLOPS_COLUMNS,
-            *CPU_COLUMNS)
+            *CPU_COLUMNS, *AGAINST_ONE_DEVICE)
 # a column with one value in every row is said once, in the table's note
-SAID_ONCE = (*MODE_COLUMNS, "CI method", "ratio method", *CHANGE_SAID_ONCE)
+SAID_ONCE = (*MODE_COLUMNS, "CI method", "ratio method", *CHANGE_SAID_ONCE, *TARGET_SAID_ONCE)
 PROFILES = (*KEY, "status", "runs", "forward ms", "backward ms", "optimizer ms",
             "communication ms", "step ms", "top ops (ms/step)")
 DIVERGED = (*KEY, "repeats", "at step", "rank", "loss", "lr")
@@ -298,6 +302,7 @@ def document(groups: list[Group],
             _table("Quality at N devices against 1 device", CHANGE_COLUMNS, changes)],
             [CHANGE_NOTE]))
         sections[0].notes.append(change_summary(changes))
+    _add_time_to_target(sections, [r for g in groups for row in g.all_rows for r in row.runs])
     diverged = [g for g in groups if g.diverged]
     if diverged:
         sections.append(Section("Diverged runs", None, [
@@ -313,6 +318,18 @@ def document(groups: list[Group],
     sections.append(Section("How the figures are made", None, [], methods(groups)))
     sections.append(Section("Environment", None, [_environment(groups)]))
     return "parbench report", intro, sections
+
+
+def _add_time_to_target(sections: list[Section], records: list[dict]) -> None:
+    """Time to target, right after the headline (the field's ranking: MLPerf, DAWNBench),
+    where runs had a --target; its first line joins the headline's notes."""
+    rows = time_to_target_rows(records)
+    if not rows:
+        return
+    sections.insert(1, Section("Time to target", None, [
+        _table("Time to target, over seeds", TIME_TO_TARGET, rows)], [TIME_TO_TARGET_NOTE]))
+    if sections[0].heading == headline.HEADING:
+        sections[0].notes.append(first_line(rows))
 
 
 def markdown_table(table: Table) -> list[str]:
