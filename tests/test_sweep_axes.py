@@ -1,7 +1,8 @@
 """What a compare sweep may vary besides backends and device counts: threads per worker as a
 configuration of their own (rows of different threads never merge, and say their threads only
 where that tells two apart), and the headline sweep (each framework's declared
-representatives only)."""
+representatives only), and seeds (each a configuration: what time to target and "did N
+devices change the result" compare over)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from test_report_intervals import TITLE, on_cpu
 
 from conftest import parbench
 from parbench.base.errors import UsageError
-from parbench.cli.compare import headline_backends, parse_thread_counts, sweep_configs
+from parbench.cli.compare import (
+    headline_backends,
+    parse_seeds,
+    parse_thread_counts,
+    sweep_configs,
+)
 from parbench.launch.options import RunConfig
 from parbench.results.groups import build_groups
 from parbench.results.report import render
@@ -53,6 +59,29 @@ def test_thread_counts_are_configurations_of_the_sweep():
             parse_thread_counts(bad)
 
 
+def test_seeds_are_configurations_of_the_sweep_each_with_its_own_inputs():
+    base = RunConfig.of(model="mlp", steps=2, global_batch=32, seed=5)
+    configs, _ = sweep_configs(base, [BACKENDS["torch-single"], BACKENDS["torch-ddp"]], [1],
+                               None, None, parse_seeds(3, base.seed))
+    assert [(cfg.backend, cfg.seed) for cfg, _ in configs] == [
+        ("torch-single", 5), ("torch-single", 6), ("torch-single", 7),
+        ("torch-ddp", 5), ("torch-ddp", 6), ("torch-ddp", 7)]
+    # a seed is its own weights and data order: the sweep prepares each seed's inputs apart
+    assert len({cfg.inputs_key() for cfg, _ in configs}) == 3
+    assert parse_seeds(None, 0) is None
+    for count, first, message in ((0, 0, "--seeds wants 1 or more"),
+                                  (2, 2**31 - 1, "passes the largest seed 2147483647")):
+        with pytest.raises(UsageError, match=message):
+            parse_seeds(count, first)
+
+
+def test_a_limit_is_said_once_however_many_seeds():
+    base = RunConfig.of(model="mlp", steps=2, global_batch=32)
+    _, skipped = sweep_configs(base, [BACKENDS["torch-ddp"]], [64], None, None,
+                               parse_seeds(3, 0))
+    assert len(skipped) == 1 and "this machine has" in skipped[0].reason
+
+
 def test_the_headline_sweep_is_each_frameworks_declared_representatives():
     installed = [f for f in FRAMEWORKS.values() if f.missing_reason() is None]
     backends, wanted = headline_backends(None)
@@ -68,6 +97,8 @@ def test_the_headline_sweep_is_each_frameworks_declared_representatives():
 @pytest.mark.parametrize("flags,message", [
     (["--thread-counts", "1,2", "--threads", "1"], "--threads or --thread-counts"),
     (["--headline", "torch-single"], "--headline runs each framework's declared"),
+    (["torch-single", "--seeds", "3", "--until-ci", "0.05"], "--seeds or --until-ci"),
+    (["torch-single", "--seeds", "0"], "--seeds wants 1 or more; got 0"),
 ])
 def test_conflicting_sweep_flags_are_one_line_and_exit_2(tmp_path, flags, message):
     done = parbench("compare", *flags, "--devices", "1", "--steps", "2", "--out",

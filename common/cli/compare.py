@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import numpy as np
 from parbench.base.devices import cpu_count
 from parbench.base.errors import Unavailable, UsageError
 from parbench.base.files import private_tempdir
+from parbench.base.options import SEED
 from parbench.launch.config import Plan, RunConfig, resolve, sized
 from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
 from parbench.launch.lifetime import raise_if_stopping
@@ -68,20 +70,23 @@ def parse_device_counts(text: str) -> list[int]:
 
 def sweep_configs(base: RunConfig, backends: list[Backend], counts: list[int],
                   thread_counts: list[int | None] | None = None,
-                  wanted: Callable[[Backend, int], bool] | None = None
+                  wanted: Callable[[Backend, int], bool] | None = None,
+                  seeds: list[int] | None = None
                   ) -> tuple[list[tuple[RunConfig, Plan]], list[Skipped]]:
     """Configurations to run (each backend at each device count and, with ``thread_counts``,
-    each count of threads per worker; ``wanted`` may leave some out), each with its plan, and
-    those this machine or backend cannot run (with why); an option that is wrong for one of
-    them (a batch the device count does not divide) is a UsageError, and nothing runs."""
+    each count of threads per worker, with ``seeds`` each seed; ``wanted`` may leave some
+    out), each with its plan, and those this machine or backend cannot run (with why); an
+    option that is wrong for one of them (a batch the device count does not divide) is a
+    UsageError, and nothing runs."""
     runnable, skipped = [], []
     for backend in backends:
         for devices in counts:
             if (devices > 1 and not backend.parallel) or (wanted and not wanted(backend,
                                                                                  devices)):
                 continue  # a single-device backend has nothing to show at N devices
-            for threads in thread_counts or [base.threads]:
-                cfg = replace(base, backend=backend.name, devices=devices, threads=threads)
+            for threads, seed in product(thread_counts or [base.threads], seeds or [base.seed]):
+                cfg = replace(base, backend=backend.name, devices=devices, threads=threads,
+                              seed=seed)
                 try:
                     plan = resolve(cfg)
                 except Unavailable as err:  # the machine's or the backend's limit: skip
@@ -90,7 +95,19 @@ def sweep_configs(base: RunConfig, backends: list[Backend], counts: list[int],
                 except UsageError as err:  # the input's own fault: nothing runs
                     raise UsageError(f"{backend.name} x{devices}: {err}") from None
                 runnable.append((cfg, plan))
-    return runnable, skipped
+    return runnable, list(dict.fromkeys(skipped))  # a limit is said once, not once per seed
+
+
+def parse_seeds(count: int | None, first: int) -> list[int] | None:
+    """--seeds K: the seeds first, first + 1, ..., each a configuration of the sweep."""
+    if count is None:
+        return None
+    if count < 1:
+        raise UsageError(f"--seeds wants 1 or more; got {count}")
+    if first + count - 1 > SEED.high:
+        raise UsageError(f"--seeds {count} from --seed {first} passes the largest seed "
+                         f"{int(SEED.high)}")
+    return list(range(first, first + count))
 
 
 def headline_backends(framework: str | None) -> tuple[list[Backend], Callable[[Backend, int],

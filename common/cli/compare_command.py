@@ -20,6 +20,7 @@ from .compare import (
     choose_backends,
     headline_backends,
     parse_device_counts,
+    parse_seeds,
     parse_thread_counts,
     run_sweep,
     sweep_configs,
@@ -48,6 +49,10 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
                          help="threads per worker, each count a configuration of the sweep "
                          "(instead of --threads): 1,2 sets one thread against two in one "
                          "sweep")
+    compare.add_argument("--seeds", type=int, metavar="K",
+                         help="K seeds from --seed on, each a configuration of the sweep: what "
+                         "time to target and 'did N devices change the result' compare over "
+                         "(3 or more)")
     compare.add_argument("--resume", action="store_true",
                          help="skip runs whose configuration already has an ok record, and go "
                          "on with the same sweep")
@@ -119,6 +124,9 @@ def _checked_config(args: argparse.Namespace) -> tuple[RunConfig, tuple[float, f
                          "configuration, or each count a configuration of its own")
     if args.until_ci is None and args.budget is None:
         return cfg, None
+    if args.seeds is not None:
+        raise UsageError("--seeds or --until-ci: --until-ci decides speed comparisons within "
+                         "one seed's configurations; sweep seeds with --repeats")
     if args.repeats is not None:
         raise UsageError("--repeats or --until-ci: a sweep that stops when its answers are "
                          "clear runs as many rounds as that takes, within --budget")
@@ -134,7 +142,8 @@ def _configs(args: argparse.Namespace, cfg: RunConfig) -> list[tuple[RunConfig, 
     backends, wanted = (headline_backends(args.framework) if args.headline
                         else (choose_backends(args.backends, args.framework), None))
     configs, skipped = sweep_configs(cfg, backends, parse_device_counts(args.device_counts),
-                                     parse_thread_counts(args.thread_counts), wanted)
+                                     parse_thread_counts(args.thread_counts), wanted,
+                                     parse_seeds(args.seeds, cfg.seed))
     for skip in skipped:
         print(f"skipped {skip.backend} x{skip.devices}: {skip.reason}", file=sys.stderr)
     if not configs:
