@@ -2,7 +2,12 @@
 configuration: the model FLOPs of one step (from the spec), the achieved TFLOP/s and their share
 of the dense matmul peak ``parbench peak`` measured with the same framework, dtype and threads.
 
-    python benchmarks/utilisation.py [--model resnet] [--model gpt ...]
+    python benchmarks/utilisation.py [--model resnet] [--model gpt ...] [--steps 12]
+    python benchmarks/utilisation.py --medium
+
+``--medium`` runs each task's default model and its ``--preset medium`` side by side, and exits
+1 unless torch-single reaches MEDIUM_TARGET of its peak at every medium preset (the size was
+chosen for that: parbench.contract.tasks).
 
 The peaks are measured first where the cache lacks them (``parbench peak``, its own cache); each
 run is a plain ``parbench run <single backend> [--model M]``, its figures read from its record
@@ -21,8 +26,15 @@ from timing import run_record
 from parbench.contract.spec import MODEL_NAMES
 from parbench.run.registry import FRAMEWORKS
 
-HEADERS = ("backend", "model", "GFLOP/step", "step ms", "TFLOP/s", "peak TFLOP/s", "util. %",
-           "threads", "CPU")
+MEDIUM_TARGET = 0.5
+MEDIUM_STEPS = 12
+# each task's default model, then its medium preset (the task of --model gpt, of the others)
+MEDIUM_SIZES = (("default", ()), ("medium", ("--preset", "medium")),
+                ("default", ("--model", "gpt")), ("medium", ("--model", "gpt", "--preset",
+                                                            "medium")))
+HEADERS = ("backend", "size", "model", "GFLOP/step", "step ms", "TFLOP/s", "peak TFLOP/s",
+           "util. %", "threads", "CPU")
+UTIL = HEADERS.index("util. %")
 
 
 def parbench(*args: str) -> subprocess.CompletedProcess:
@@ -30,10 +42,10 @@ def parbench(*args: str) -> subprocess.CompletedProcess:
                           text=True)
 
 
-def row(record: dict) -> list:
+def row(record: dict, size: str) -> list:
     flops = record["metrics"]["flops"]
     peak, share = flops["measured_peak_tflops"], flops["utilisation"]
-    return [record["backend"], record["model"], flops["per_step"] / 1e9,
+    return [record["backend"], size, record["model"], flops["per_step"] / 1e9,
             record["metrics"]["step_time_ms"]["median"], flops["achieved_tflops"],
             "" if peak is None else peak, "" if share is None else 100 * share,
             record["env"]["threads_per_worker"], record["env"]["cpu_model"]]
@@ -43,7 +55,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", choices=MODEL_NAMES,
                         help="repeatable (default: resnet, the default configuration's)")
-    models = parser.parse_args().model or ["resnet"]
+    parser.add_argument("--medium", action="store_true",
+                        help="each task's default model and its --preset medium, and check "
+                        f"that torch-single reaches {MEDIUM_TARGET:.0%} of its peak there")
+    parser.add_argument("--steps", type=int, help="steps per run (the run's default budget; "
+                        f"--medium {MEDIUM_STEPS})")
+    args = parser.parse_args()
+    if args.medium and args.model:
+        parser.error("--medium runs its own sizes; give no --model beside it")
+    sizes = MEDIUM_SIZES if args.medium else [("default", ("--model", model))
+                                              for model in args.model or ["resnet"]]
+    # a few steps measure speed; the language model's recipe (640 steps) is for learning
+    steps = args.steps or (MEDIUM_STEPS if args.medium else None)
+    budget = ("--steps", str(steps)) if steps else ()
     singles = [framework.single for framework in FRAMEWORKS.values()
                if framework.missing_reason() is None]
     measured = parbench("peak")
@@ -51,11 +75,16 @@ def main() -> None:
     if measured.returncode != 0:
         sys.exit(f"parbench peak failed:\n{measured.stderr[-3000:]}")
     rows = []
-    for model in models:
+    for size, options in sizes:
         for backend in singles:
-            print(f"utilisation: {backend} --model {model}", file=sys.stderr)
-            rows.append(row(run_record(backend, "--model", model)))
+            print(f"utilisation: {backend} {' '.join(options)}", file=sys.stderr)
+            rows.append(row(run_record(backend, *options, *budget), size))
     print(tabulate(rows, headers=HEADERS, tablefmt="github", floatfmt=".4g"))
+    short = [r for r in rows if args.medium and r[0] == "torch-single" and r[1] == "medium"
+             and not (r[UTIL] != "" and r[UTIL] >= 100 * MEDIUM_TARGET)]
+    if short:
+        sys.exit(f"torch-single under {MEDIUM_TARGET:.0%} of its peak at --preset medium: "
+                 f"{', '.join(r[2] for r in short)}")
 
 
 if __name__ == "__main__":

@@ -177,7 +177,9 @@ def test_the_gpt_takes_its_sizes_from_the_options_and_its_mlp_follows_the_width(
 
 
 @pytest.mark.parametrize("values,fragment", [
-    (dict(model="vit", width=32), "--width is an option of --model gpt, not of --model vit"),
+    (dict(model="resnet", width=32),
+     "--width is an option of --model gpt / vit, not of --model resnet"),
+    (dict(model="vit", width=30), "vit: 4 heads do not divide the width 30"),
     (dict(model="gpt", width=30), "4 heads do not divide the width 30"),
     (dict(model="gpt", heads=0), "--heads must be in [1, 4096], got 0"),
     (dict(model="gpt", depth=5000), "--depth must be in [1, 4096], got 5000"),

@@ -120,8 +120,8 @@ OPTIMIZER_OPTIONS = (
            "default) or adamw (decoupled decay on matrices and embeddings only; gpt's "
            "default); the rules are in parbench.contract.optim", owner="optimizer",
            choices=OPTIMIZERS),
-    Option("lr", float, help="base learning rate (sgd 0.1, adamw 0.001)", owner="optimizer",
-           bounds=POSITIVE),
+    Option("lr", float, help="base learning rate (sgd 0.1, adamw 0.001; gpt without a budget of "
+           "your own 0.01, its recipe)", owner="optimizer", bounds=POSITIVE),
     Option("lr_scaling", str, "none", "none (default) or linear: lr x global_batch / 128",
            owner="optimizer", choices=LR_RULES),
     Option("momentum", float, help="sgd (0.9)", owner="optimizer", bounds=UNIT_INTERVAL),
@@ -136,7 +136,8 @@ OPTIMIZER_OPTIONS = (
            "steps that clipped", owner="optimizer", bounds=POSITIVE, metavar="C"),
     Option("schedule", str, "cosine", "cosine (default) or constant", owner="optimizer",
            choices=SCHEDULES),
-    Option("warmup_steps", int, 0, owner="optimizer", bounds=NON_NEGATIVE),
+    Option("warmup_steps", int, 0, "steps of linear warm-up (0; gpt without a budget of your "
+           "own 32, its recipe)", owner="optimizer", bounds=NON_NEGATIVE),
 )
 
 

@@ -147,7 +147,8 @@ def uses_batchnorm(model: str) -> bool:
 
 
 # Sizes a named model takes from the command line (--width, --depth, --heads): the GPT's
-SIZED_MODELS = ("gpt",)
+# and the ViT's
+SIZED_MODELS = ("gpt", "vit")
 MODEL_SIZE = Bounds(1, 4096)
 # The model's options (parbench.base.options); those owned by "model" are its sizes, which
 # replace the spec's (build_spec refuses them for a model that has none).
@@ -155,11 +156,11 @@ MODEL_OPTIONS = (
     Option("model", str, "resnet", "resnet (default), resnet-nonorm, mlp, vit; gpt, a causal "
            "language model (see parbench.contract.spec)", choices=lambda: tuple(MODELS),
            inputs=True),
-    Option("width", int, help="--model gpt: the model width (64; its MLP 4x)", owner="model",
+    Option("width", int, help="--model gpt or vit: the model width (64; its MLP 4x when given)",
+           owner="model", bounds=MODEL_SIZE, inputs=True),
+    Option("depth", int, help="--model gpt or vit: transformer blocks (2)", owner="model",
            bounds=MODEL_SIZE, inputs=True),
-    Option("depth", int, help="--model gpt: transformer blocks (2)", owner="model",
-           bounds=MODEL_SIZE, inputs=True),
-    Option("heads", int, help="--model gpt: attention heads, dividing the width (4)",
+    Option("heads", int, help="--model gpt or vit: attention heads, dividing the width (4)",
            owner="model", bounds=MODEL_SIZE, inputs=True),
 )
 

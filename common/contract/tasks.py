@@ -89,6 +89,12 @@ class Task(ABC):
     quality_note: ClassVar[str]
     # the figures --target can be of, the first by default (see Target)
     targets: ClassVar[tuple[Target, ...]]
+    # --preset NAME: option values (a model and its sizes, a batch) that a preset fills in
+    # where the user gave none
+    presets: ClassVar[dict[str, dict[str, object]]] = {}
+    # the training recipe a run gets when the user sets no budget (no --steps, no --epochs):
+    # its budget, and the default optimizer's lr and warm-up tuned for it, each where not given
+    recipe: ClassVar[dict[str, object]] = {}
     # the metrics its records carry from schema ``record_since`` on, beyond every task's
     record_fields: ClassVar[tuple[str, ...]]
     record_since: ClassVar[int]
@@ -222,6 +228,12 @@ class ImageClassification(Task):
     default_optimizer: ClassVar[str] = "sgd"
     curve_metric: ClassVar[tuple[str, str]] = ("accuracy", "test accuracy")
     curve_by_items: ClassVar[bool] = False
+    # medium: a ViT (with AdamW, as vision transformers are trained) whose matmuls, not the
+    # frameworks' per-step overhead, take most of a step on a CPU: single backends reached 41
+    # to 70 % of their measured matmul peaks, torch 70 % (the default resnet 13 to 26 %;
+    # benchmarks/utilisation.py --medium, 2 AMD EPYC vCPUs, 2026-12-03)
+    presets: ClassVar[dict[str, dict[str, object]]] = {
+        "medium": {"model": "vit", "width": 192, "depth": 2, "heads": 4, "optimizer": "adamw"}}
     targets: ClassVar[tuple[Target, ...]] = (
         Target("accuracy", "higher", ACCURACY, "fraction of the test set"),
         Target("loss", "lower", POSITIVE, "nats per test row"))
@@ -304,6 +316,16 @@ class LanguageModeling(Task):
     default_optimizer: ClassVar[str] = "adamw"
     curve_metric: ClassVar[tuple[str, str]] = ("loss", "validation loss, nats")
     curve_by_items: ClassVar[bool] = True
+    # Measured on 2 AMD EPYC vCPUs (2026-12-03): 20 epochs (640 steps of 128 windows) at lr
+    # 0.01 after 32 warm-up steps end at validation loss 1.830 in every framework, 86 % of the
+    # way from the uniform 4.159 to the floor 1.451, torch-single in about 80 s. The model
+    # first learns the previous token alone (3.89 at best), then, after 200-250 steps, the one
+    # before it; a short schedule decays first (2 epochs at lr 0.001 ended at 4.130).
+    recipe: ClassVar[dict[str, object]] = {"epochs": 20, "lr": 0.01, "warmup_steps": 32}
+    # medium: a GPT three times as wide: single backends reached 34 to 74 % of their measured
+    # matmul peaks, torch 74 % (the default width 14 to 45 %; same sweep as the ViT's)
+    presets: ClassVar[dict[str, dict[str, object]]] = {
+        "medium": {"model": "gpt", "width": 192, "depth": 2, "heads": 4}}
     targets: ClassVar[tuple[Target, ...]] = (
         Target("loss", "lower", POSITIVE, "nats per validation token"),
         Target("perplexity", "lower", Bounds(1, low_open=True), "exp(loss)"),
@@ -388,6 +410,44 @@ def task_of_dataset(dataset: str) -> type[Task]:
 def all_datasets() -> tuple[str, ...]:
     """Every task's datasets: the --dataset choices."""
     return tuple(d for task in TASKS.values() for d in task.datasets)
+
+
+def preset_names() -> tuple[str, ...]:
+    """Every task's preset names: --preset's choices."""
+    return tuple(dict.fromkeys(name for task in TASKS.values() for name in task.presets))
+
+
+def with_task_defaults(values: dict, default_model: str) -> dict:
+    """``values`` (a run's given options) with its --preset's values and its task's recipe
+    filled in where not given; the task is the given model's (else ``default_model``'s).
+    ValueError for a preset the task lacks, or one of another model than the one given."""
+    model = values.get("model", default_model)
+    try:
+        task = task_of_model(model)
+    except ValueError:
+        return values  # an unknown model: resolve refuses it, with the known ones
+    filled = {**_preset(task, values), **values}
+    if "steps" in filled or "epochs" in filled:
+        return filled  # a budget of the user's own: the recipe's lr and warm-up are not for it
+    optimizer_is_default = filled.get("optimizer", task.default_optimizer) \
+        == task.default_optimizer
+    recipe = {k: v for k, v in task.recipe.items() if optimizer_is_default or k == "epochs"}
+    return {**recipe, **filled}
+
+
+def _preset(task: type[Task], values: dict) -> dict:
+    name = values.get("preset")
+    if name is None:
+        return {}
+    if name not in task.presets:
+        raise ValueError(f"--preset {name}: {task.name} has no such preset; its presets: "
+                         f"{', '.join(task.presets) or 'none'}")
+    preset = task.presets[name]
+    model = values.get("model", preset.get("model"))
+    if preset.get("model", model) != model:
+        raise ValueError(f"--preset {name} of {task.name} trains --model {preset['model']}, "
+                         f"not --model {model}; leave --model out or give {preset['model']}")
+    return preset
 
 
 def target_metrics() -> tuple[str, ...]:

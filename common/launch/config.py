@@ -103,7 +103,7 @@ def _check_choices(cfg: RunConfig) -> None:
     _check_data_path(cfg, task)
     if cfg.model_sizes():  # sizes of another model, or that make none, before any data
         try:
-            build_spec(cfg.model, (1,), 2, cfg.model_sizes())
+            build_spec(cfg.model, task.probe_input, 2, cfg.model_sizes())
         except ValueError as err:
             raise UsageError(str(err)) from None
     if cfg.epochs is not None and cfg.steps is not None:

@@ -17,7 +17,14 @@ from parbench.base.errors import UsageError
 from parbench.base.options import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bounds, Option
 from parbench.contract.optim import OPTIMIZER_OPTIONS
 from parbench.contract.spec import MODEL_OPTIONS
-from parbench.contract.tasks import all_datasets, target_metrics, task_of_model, task_options
+from parbench.contract.tasks import (
+    all_datasets,
+    preset_names,
+    target_metrics,
+    task_of_model,
+    task_options,
+    with_task_defaults,
+)
 from parbench.run.modes import MODES, Modes
 from parbench.run.registry import BACKENDS
 
@@ -33,7 +40,8 @@ _DATA = (
            "--dataset text: the UTF-8 text file", inputs=True),
 )
 _BUDGET = (
-    Option("epochs", int, help="training epochs (default 2)", bounds=AT_LEAST_ONE,
+    Option("epochs", int, help="training epochs (default 2; gpt 20, its recipe with lr 0.01 "
+           "after 32 warm-up steps)", bounds=AT_LEAST_ONE,
            exclusive="budget"),
     Option("steps", int, help="training steps instead of epochs", bounds=AT_LEAST_ONE,
            exclusive="budget"),
@@ -67,6 +75,10 @@ _RUN = (
     Option("profile", bool, False, "split up to 10 steady steps into forward/backward/optimizer/"
            "communication per rank and list the framework profiler's top operations, in "
            "<record>.profile.json; the record is marked and kept out of the performance tables"),
+    Option("preset", str, help="a size the task names, filling in what is not given: medium "
+           "(images: a ViT, gpt: a wider GPT, each where the matmuls, not the frameworks' "
+           "per-step overhead, take most of a step on a CPU; parbench.contract.tasks)",
+           choices=preset_names, inputs=True),
     Option("train_subset", int, help="train on the first N training samples (an uneven size "
            "shows how each loader handles a tail)", bounds=POSITIVE, metavar="N", inputs=True),
 )
@@ -116,7 +128,13 @@ class _RunConfigMethods:
     @classmethod
     def of(cls, **values) -> RunConfig:
         """From flat keys, as config files, the command line and records spell them: a mode's
-        key (``precision``, ``grad_accum``, ...) goes into ``modes``."""
+        key (``precision``, ``grad_accum``, ...) goes into ``modes``; a ``preset`` and the
+        task's recipe fill in their values where none is given (UsageError for a preset the
+        model's task lacks)."""
+        try:
+            values = with_task_defaults(values, OPTIONS["model"].default)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
         modes = {key: values.pop(key) for key in list(values) if key in MODES}
         return cls(**values, modes=Modes(**modes))
 
