@@ -15,12 +15,15 @@ from parbench.run.registry import FRAMEWORKS
 
 
 def git_commit() -> str | None:
-    """Commit of the parbench source tree, with '-dirty' when it has uncommitted changes."""
+    """Commit of the parbench source tree, with '-dirty' when its code (the core and the
+    frameworks' folders; not docs or tests) has uncommitted changes."""
     source = Path(__file__).resolve().parent
+    code = [str(folder) for folder in (source.parent, source.parents[1] / "frameworks")
+            if folder.is_dir()]
     try:
         commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"],
                                 capture_output=True, text=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--", "."],
+        dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--", *code],
                                capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None  # an installed wheel has no git checkout
