@@ -64,8 +64,8 @@ def torch_predictions(model: str, weights: Path, folder: Path) -> np.ndarray:
 
 
 @needs("torch")
-@pytest.mark.parametrize("backend", [
-    "torch-ddp",
+@pytest.mark.parametrize("backend", [  # all in the slow lane: 9 s each, the fast one is full
+    pytest.param("torch-ddp", marks=pytest.mark.slow),
     pytest.param("tf-mirrored", marks=[needs("tensorflow"), pytest.mark.slow]),
     pytest.param("paddle-launch", marks=[needs("paddle"), pytest.mark.slow]),
     pytest.param("jax-pmap", marks=[needs("jax"), pytest.mark.slow]),

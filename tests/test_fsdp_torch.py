@@ -52,6 +52,7 @@ def test_each_rank_holds_about_half_the_state_of_a_replica(trajectory, family):
     assert whole["parameters"] <= moved["reduce-scatter"] <= 1.1 * whole["parameters"]
 
 
+@pytest.mark.slow  # 10 s: the fast lane holds its 2 minutes
 def test_keeping_the_gathered_parameters_gathers_once(tmp_path):
     kept = run_digits(tmp_path, "torch-fsdp", "--devices", "2", "--model", "mlp",
                       "--reshard-after-forward", "no")

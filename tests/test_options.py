@@ -65,6 +65,7 @@ def test_values_are_checked_for_range_finiteness_and_choice():
     assert problems({"learning_rate": None, "steps": 4}, TABLE) == []
     assert Option("m", float, bounds=UNIT_INTERVAL).problem(1.0) == "--m must be in [0, 1), got 1.0"
     assert Bounds(1).text == "at least 1" and Bounds(0).text == "0 or more"
+    assert Bounds(1, low_open=True).text == "above 1"  # a perplexity target: 1 is not one
     assert Bounds(0.5, 2, low_open=True).text == "in (0.5, 2]"
 
 

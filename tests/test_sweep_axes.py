@@ -10,7 +10,7 @@ import pytest
 from test_report import markdown_tables, record
 from test_report_intervals import TITLE, on_cpu
 
-from conftest import parbench
+from conftest import parbench, records_in
 from parbench.base.errors import UsageError
 from parbench.cli.compare import (
     headline_backends,
@@ -105,3 +105,15 @@ def test_conflicting_sweep_flags_are_one_line_and_exit_2(tmp_path, flags, messag
                     str(tmp_path / "out"), "--report-dir", str(tmp_path / "report"))
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_sweep_of_seeds_runs_and_names_each_seed(tmp_path):
+    out = tmp_path / "out"
+    done = parbench("compare", "torch-single", "--devices", "1", "--seeds", "2", "--seed", "4",
+                    "--model", "mlp", "--steps", "2", "--global-batch", "32", "--out", str(out),
+                    "--report-dir", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(r["seed"] for r in records_in(out)) == [4, 5]
+    for seed in (4, 5):
+        assert f"torch-single x1 seed {seed} repeat 1/1: ok" in done.stderr

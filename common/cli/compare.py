@@ -251,10 +251,11 @@ def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
         slots = schedule([p.cfg.repeats for p in prepared], warmup_runs, all_kept,
                          sweep.order_seed)
         positions, round_start = _positions(slots), start
+        seeded = len({p.cfg.seed for p in prepared}) > 1  # the label then says each one's
         for done, slot in enumerate(slots, 1):
             raise_if_stopping()
             p = prepared[slot.config]
-            label = _label(done, len(slots), slot, p, warmup_runs, after_round is None)
+            label = _label(done, len(slots), slot, p, warmup_runs, after_round is None, seeded)
             if not slot.warmup and (slot.config, slot.index) in kept:
                 _say(f"{label}: kept (an ok record exists)", start)
                 result.statuses.append("ok")
@@ -275,11 +276,12 @@ def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
 
 
 def _label(done: int, total: int, slot: Slot, prepared: Prepared, warmup_runs: int,
-           fixed: bool) -> str:
-    """'[3/8] torch-ddp x2 repeat 2/4'; a sweep that stops on its answers knows no total:
-    '[3] torch-ddp x2 round 2'."""
+           fixed: bool, seeded: bool = False) -> str:
+    """'[3/8] torch-ddp x2 repeat 2/4' ('... x2 seed 1 repeat 1/1' in a sweep of seeds); a
+    sweep that stops on its answers knows no total: '[3] torch-ddp x2 round 2'."""
     what = f"{prepared.cfg.backend} x{prepared.plan.world_size}" + (
-        f" ({prepared.plan.threads} thread(s))" if prepared.cfg.threads else "")
+        f" ({prepared.plan.threads} thread(s))" if prepared.cfg.threads else "") + (
+        f" seed {prepared.cfg.seed}" if seeded else "")
     if slot.warmup:
         return f"[{done}{f'/{total}' if fixed else ''}] {what} warm-up {slot.index + 1}/" \
                f"{warmup_runs}"

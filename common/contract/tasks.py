@@ -229,9 +229,9 @@ class ImageClassification(Task):
     curve_metric: ClassVar[tuple[str, str]] = ("accuracy", "test accuracy")
     curve_by_items: ClassVar[bool] = False
     # medium: a ViT (with AdamW, as vision transformers are trained) whose matmuls, not the
-    # frameworks' per-step overhead, take most of a step on a CPU: single backends reached 41
-    # to 70 % of their measured matmul peaks, torch 70 % (the default resnet 13 to 26 %;
-    # benchmarks/utilisation.py --medium, 2 AMD EPYC vCPUs, 2026-12-03)
+    # frameworks' per-step overhead, take most of a step on a CPU: single backends reached 33
+    # to 67 % of their measured matmul peaks, torch 61 % (the default resnet 11 to 22 %;
+    # benchmarks/utilisation.py --medium, 2 AMD EPYC vCPUs, 2026-12-03; docs/results.md)
     presets: ClassVar[dict[str, dict[str, object]]] = {
         "medium": {"model": "vit", "width": 192, "depth": 2, "heads": 4, "optimizer": "adamw"}}
     targets: ClassVar[tuple[Target, ...]] = (
@@ -322,8 +322,8 @@ class LanguageModeling(Task):
     # first learns the previous token alone (3.89 at best), then, after 200-250 steps, the one
     # before it; a short schedule decays first (2 epochs at lr 0.001 ended at 4.130).
     recipe: ClassVar[dict[str, object]] = {"epochs": 20, "lr": 0.01, "warmup_steps": 32}
-    # medium: a GPT three times as wide: single backends reached 34 to 74 % of their measured
-    # matmul peaks, torch 74 % (the default width 14 to 45 %; same sweep as the ViT's)
+    # medium: a GPT three times as wide: single backends reached 33 to 64 % of their measured
+    # matmul peaks, torch 64 % (the default width 14 to 34 %; the ViT's run of the benchmark)
     presets: ClassVar[dict[str, dict[str, object]]] = {
         "medium": {"model": "gpt", "width": 192, "depth": 2, "heads": 4}}
     targets: ClassVar[tuple[Target, ...]] = (

@@ -51,8 +51,11 @@ def notes(speed: str) -> list[str]:
         f"threads = {speed} / that of the framework's single backend run with as many threads "
         "per worker as the N devices had together (threads per worker x processes), the fair "
         "reference there (empty where no such run is in the records).",
-        "Time to target is training time (sum of step times) until the first evaluation at or "
-        "above the target accuracy; a repeat that never reached it counts as infinitely slow.",
+        "time to target s (Accuracy and memory): the median over repeats of the time to "
+        "--target (from schema 12: from the first touch of training data to the end of the "
+        "evaluation that reached it, evaluations included, as the Time to target table; before, "
+        "the sum of step times until --target-accuracy); a repeat that never reached it counts "
+        "as infinitely slow.",
         "Peak memory: host RSS per process (rank) and allocator peak per device; the lists are "
         "medians over repeats position by position, so an imbalance (DataParallel's device 0) "
         "shows.",

@@ -239,8 +239,9 @@ class Progress:
 def run_worker(job: Job, build: Callable[[Job], Strategy],
                train: Callable[[Strategy], RankLog] | None = None) -> RankLog:
     """Build this process's strategy, train it for the run's steps on the feed's batches
-    (evaluating at every epoch end; ``train`` replaces this loop where a framework's own one
-    drives the steps: Keras fit), then tear it down however training ended. A failure is
+    (evaluating when ``Evaluations`` says, and stopping at a --target; ``train`` replaces this
+    loop where a framework's own one drives the steps: Keras fit), then tear it down however
+    training ended. A failure is
     written to the job's errors first, then re-raised after a failed teardown (see
     Strategy.teardown). A strategy that fails to build holds nothing to tear down."""
     try:
