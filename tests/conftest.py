@@ -212,6 +212,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
                 "wall_s": time.monotonic() - start, "cpu_s": _cpu_seconds() - cpu,
                 "commands": _commands_started[0] - commands, "runs": list(_commands_run)}
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        Path(folder).mkdir(parents=True, exist_ok=True)  # else every worker stops at its 1st test
         with open(Path(folder) / f"{worker}.jsonl", "a") as out:
             out.write(json.dumps(line) + "\n")
 
