@@ -23,6 +23,7 @@ def test_a_change_to_any_code_folder_marks_the_commit_dirty(tmp_path):
     for path in ("common/contract/spec.py", "frameworks/jax/model.py", "docs/usage.md"):
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text("# v1\n")
+    (repo / ".gitignore").write_text("__pycache__/\n")  # importing the copy writes bytecode
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "v1")
