@@ -44,7 +44,7 @@ from .sharding import COLUMNS as SHARDING_COLUMNS
 from .sharding import NOTES as SHARDING_NOTES
 from .sharding import sharded_pairs, sharding_cells, trade_line, unsharded_frameworks
 from .tidy import to_csv
-from .time_to_target import AGAINST_ONE_DEVICE, first_line, time_to_target_rows
+from .time_to_target import AGAINST_ONE_DEVICE, NOT_REACHED, first_line, time_to_target_rows
 from .time_to_target import COLUMNS as TIME_TO_TARGET
 from .time_to_target import NOTE as TIME_TO_TARGET_NOTE
 from .time_to_target import SAID_ONCE as TARGET_SAID_ONCE
@@ -95,7 +95,6 @@ PER_NODE_NOTE = (
     "arrays or the framework's loader). Records that predate scoring s and data wait ms show "
     "- there. host: the node's host name, several /-separated where the repeats ran on "
     "different machines.")
-NOT_REACHED = "not reached"
 
 
 def performance_columns(task: type[Task]) -> tuple[str, ...]:
