@@ -46,6 +46,13 @@ def test_every_folder_of_records_has_its_provenance():
         assert readme.exists() and marker in lists_in(readme), f"{folder}: {FIX}"
 
 
+def test_every_reference_folder_of_records_says_what_it_holds():
+    table = (RESULTS / "reference" / "README.md").read_text().split("<!-- list:")[0]
+    for folder in record_folders(RESULTS / "reference"):
+        name = folder.relative_to(RESULTS / "reference").as_posix()
+        assert f"[{name}/]({name}/README.md)" in table, f"reference/README.md: a row for {name}"
+
+
 def test_the_docs_hold_the_lists_generated_not_written():
     wanted = {"docs/backends.md": ["backends"], "docs/modes.md": ["modes", "mode-support"],
               "docs/input-pipelines.md": ["mode-support input loader_workers"],
@@ -75,6 +82,16 @@ def test_a_gpu_record_is_what_says_a_gpu_path_ran(tmp_path):
     rows = {line.split(" | ")[0]: line for line in backends_list([], tmp_path).splitlines()}
     assert "1 GPU record(s) committed" in rows["| `jax-single`"]
     assert NO_GPU_RUN in rows["| `jax-pmap`"]
+
+
+def test_a_gpu_record_in_a_folder_git_ignores_is_not_committed(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("results/runs/\n")
+    record = json.loads(RECORD.read_text())
+    record["env"]["gpus"] = ["NVIDIA H100"]
+    (tmp_path / "results" / "runs").mkdir(parents=True)
+    (tmp_path / "results" / "runs" / "r.json").write_text(json.dumps(record))
+    assert "GPU record(s) committed" not in backends_list([], tmp_path)
 
 
 def test_every_schema_version_needs_its_line_in_the_comment(monkeypatch):

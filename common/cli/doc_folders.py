@@ -17,7 +17,6 @@ refreshes every README.md under results/.
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from parbench.results.records import check_folder, run_was_busy
 from parbench.run.profiling import SUFFIX
 
 from .doc_lists import code, table
+from .ignored import git_ignored
 
 MARKER = "<!-- list: provenance {folder} -->"
 TEMPLATE = """# {folder}
@@ -40,18 +40,6 @@ differs from the records.
 
 def _holds_records(folder: Path) -> bool:
     return any(not p.name.endswith(SUFFIX) for p in folder.glob("*.json"))
-
-
-def git_ignored(paths: list[Path]) -> set[Path]:
-    """Those of ``paths`` git ignores; none outside a git work tree (git answers 128)."""
-    if not paths:
-        return set()
-    answer = subprocess.run(["git", "check-ignore", "--stdin", "-z"],
-                            cwd=paths[0].absolute().parent, capture_output=True, text=True,
-                            input="\0".join(str(p.absolute()) for p in paths))
-    if answer.returncode not in (0, 1):  # 1: none ignored
-        return set()
-    return {Path(name) for name in answer.stdout.split("\0") if name}
 
 
 def record_folders(top: Path) -> list[Path]:

@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from parbench.cli.ignored import git_ignored
 from parbench.run.modes import MODES, Mode, Modes, input_problem, refusal
 from parbench.run.registry import BACKENDS, FRAMEWORKS, LAUNCHERS, Backend
 
@@ -167,10 +168,13 @@ def _pairs() -> str:
 
 def gpu_runs(root: Path) -> Counter:
     """Per backend, the committed records under results/ that ran on GPUs (a non-empty
-    ``env.gpus``): a GPU path the docs describe but no record shows was never run here."""
+    ``env.gpus``): a GPU path the docs describe but no record shows was never run here. A
+    folder git ignores (a user's own results/runs) is not the project's, so it never counts."""
     found: Counter = Counter()
-    for path in sorted((root / "results").rglob("*.json")):
-        if path.name.endswith(".profile.json"):
+    paths = sorted((root / "results").rglob("*.json"))
+    ignored = git_ignored(paths)
+    for path in paths:
+        if path.name.endswith(".profile.json") or path.absolute() in ignored:
             continue
         record = json.loads(path.read_text())
         if isinstance(record, dict) and (record.get("env") or {}).get("gpus"):
