@@ -47,6 +47,7 @@ def test_the_logits_equal_torchs(forwards, framework):
 
 
 @needs("torch")
+@pytest.mark.slow
 def test_attention_is_causal_and_the_output_is_tied():
     """What the forward parity cannot tell if every framework made the same mistake: a later
     token never changes an earlier position's logits, and the logits are the final features

@@ -15,7 +15,8 @@ def single_trajectory(trajectory):
     return trajectory("torch-single")
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", pytest.param("spawn", marks=pytest.mark.slow)])
+@pytest.mark.slow  # 20 s on 2 cores; the fast lane keeps torch-single's run and its records
+@pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
 def test_ddp_matches_single_device(tmp_path, single_trajectory, launcher):
     ddp = run_trajectory("torch-ddp", tmp_path, devices=2, launcher=launcher)
     assert ddp[0]["launcher"] == launcher and ddp[0]["world_size"] == 2

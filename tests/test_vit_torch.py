@@ -135,6 +135,7 @@ print(json.dumps({"worst": worst, "shrunk": shrunk}))
 """
 
 
+@pytest.mark.slow
 def test_the_steps_clipping_is_the_rules_formula_after_unscaling():
     """parbench's own clip (runtime.clip_global_norm, what Step calls): the rule's
     coefficient on the true gradient, and, with fp16's gradients still multiplied by the loss
