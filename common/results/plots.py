@@ -147,6 +147,7 @@ def _curves(rows: list[Row]) -> Figure:
             steps = [e["step"] for e in longest["accuracy_curve"]]
             accuracy.plot(_curve_x(task, longest, steps), points, marker="o", markersize=3,
                           **style)
+        _floor_line(accuracy, [m for row in of for m in row.metrics], key)
         loss.set_title(framework)
         accuracy.set_xlabel(f"{task.unit} seen" if task.curve_by_items else "step")
         accuracy.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -155,6 +156,17 @@ def _curves(rows: list[Row]) -> Figure:
     axes[0][0].set_ylabel("training loss (median over repeats)")
     axes[1][0].set_ylabel(f"{label} (median over repeats)")
     return fig
+
+
+def _floor_line(ax: Axes, metrics: list[dict], key: str) -> None:
+    """The lowest loss any model can reach on the data, where the records know it (the
+    synthetic language's): what a validation-loss curve approaches."""
+    floors = {m.get("loss_floor") for m in metrics} - {None}
+    if key == "loss" and len(floors) == 1:
+        floor = floors.pop()
+        ax.axhline(floor, color="grey", linestyle=":", linewidth=1)
+        ax.annotate(f"floor {floor:.3f}", (0, floor), xycoords=("axes fraction", "data"),
+                    xytext=(2, 2), textcoords="offset points", fontsize="x-small", color="grey")
 
 
 def _rows_axis(ax: Axes, rows: list[Row]) -> None:
