@@ -17,6 +17,7 @@ from parbench.base.devices import gpu_count
 from parbench.base.errors import UsageError
 from parbench.cli.compare import sweep_configs
 from parbench.cli.main import build_parser, report_format
+from parbench.cli.parity import FAMILIES
 from parbench.cli.run_command import config_from_args
 from parbench.launch.config import RunConfig, resolve
 from parbench.launch.options import read_config_file
@@ -47,6 +48,33 @@ def assert_refused(result, out, fragment):
 def test_bad_input_is_refused(tmp_path, args, fragment):
     out = tmp_path / "runs"
     assert_refused(parbench("run", *args, "--out", str(out)), out, fragment)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["run", "torch-single", "--schedule", "bogus"], "argument --schedule: invalid choice: "
+     "'bogus'"),
+    (["run", "torch-single", "--lr-scaling", "square"], "argument --lr-scaling: invalid choice"),
+    (["compare", "torch-single", "--optimizer", "lion"], "argument --optimizer: invalid choice"),
+    (["compare", "--framework", "mxnet"], "argument --framework: invalid choice: 'mxnet'"),
+    (["explain", "torch-ddp", "--isolate-network", "maybe"],
+     "argument --isolate-network: invalid choice"),
+    (["run", "torch-single", "--precision", "fp8"], "argument --precision: invalid choice"),
+    # argparse's other refusals keep the rule too
+    (["run", "torch-single", "--steps", "1", "--epochs", "2"],
+     "argument --epochs: not allowed with argument --steps"),
+    (["run", "torch-single", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+])
+def test_a_value_the_parser_refuses_is_one_line_too(tmp_path, argv, fragment):
+    out = tmp_path / "runs"
+    assert_refused(parbench(*argv, "--out", str(out)), out, fragment)
+
+
+def test_a_bad_choice_of_parity_is_one_line_with_the_choices():
+    refused = parbench("parity", "--model", "nope")
+    assert refused.returncode == 2, refused.stderr
+    [line] = refused.stderr.strip().splitlines()  # argparse's usage block is not printed
+    assert line.startswith("parbench: error: argument --model: invalid choice: 'nope'")
+    assert all(family in line for family in FAMILIES)
 
 
 def test_unknown_config_key_is_refused(tmp_path):

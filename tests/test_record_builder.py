@@ -1,18 +1,20 @@
 """The record is built in one place (launch/record.py) and validated when written: a record that
 does not match its schema is never written, not even to a fallback folder; a failed or diverged
 run's record validates, fields in the order records have always had; the profile document
-travels beside the record, never on it, and ``parbench run`` writes it next to the record."""
+travels beside the record, never on it, and ``parbench run`` writes it next to the record; a
+run's configuration is resolved once, from prepare to the built record."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import needs, parbench
-from parbench.launch.config import RunConfig
+from parbench.launch.config import RunConfig, resolve
 from parbench.launch.harness import Execution, Prepared, prepare, run_variant
 from parbench.launch.load import LoadSample, load_env
 from parbench.launch.record import Outcome, Parts, build
@@ -75,6 +77,22 @@ def test_a_diverged_run_keeps_what_its_ranks_described(tmp_path: Path) -> None:
     assert record["hosts"] == ["node-a"] and record["notes"] == ["a note"]
     assert (record["env"]["framework_version"], record["env"]["own_fact"]) == ("9.9", 1)
     assert record["steps"] == 4 and record["metrics"] is None
+
+
+def test_resolve_runs_once_from_prepare_to_the_built_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(args)
+        return resolve(*args, **kwargs)
+
+    # wherever resolve was imported, so a second call from any module of parbench counts
+    for module in [m for name, m in sys.modules.items() if name.startswith("parbench.")]:
+        if getattr(module, "resolve", None) is resolve:
+            monkeypatch.setattr(module, "resolve", counted)
+    built(prepared(tmp_path), "failed", "rank 0 exited with 17")
+    assert len(calls) == 1
 
 
 def invalid(folder: Path) -> dict:

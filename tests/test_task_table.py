@@ -6,7 +6,8 @@ evaluation outputs in a framework's ``tasks.py``; an option is one ``Option`` en
 owner. Here a test adds both in one file of its own, a sitecustomize module on PYTHONPATH, so
 they exist in every process of a run (the command, the launcher, the worker), and follows them
 through the parsers, a config file, the bounds, compare's key of shared inputs, a torch run,
-its record, ``parbench check`` and the report, with nothing else in parbench changed."""
+its record, ``parbench check`` and the report, with nothing else in parbench changed. Each named
+model belongs to exactly one task: a model no task lists is refused, never given to one."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import needs, parbench, records_in
+from parbench.contract.spec import MODELS
+from parbench.contract.tasks import TASKS, ImageClassification, model_problems
 
 DUMMY_TASK = '''
 import importlib.abc
@@ -152,6 +155,9 @@ run = ("run", "torch-single", "--model", "dummy-mlp", "--out", sys.argv[1])
 print(json.dumps({
     "flags": [command for command in ("run", "compare", "explain")
               if "--dummy-spread" in help_of(command)],
+    # --dataset's help names the task's datasets: it is written from the task table
+    "named": "dummy datasets (--model dummy-mlp): dummy-patterns (its default)"
+             in " ".join(help_of("run").split()),
     "field": "dummy_spread" in RunConfig.__dataclass_fields__,
     "owner": OPTIONS["dummy_spread"].owner,
     "key_moves": base.inputs_key() != replace(base, dummy_spread=0.25).inputs_key(),
@@ -160,6 +166,39 @@ print(json.dumps({
                 refusal(*run, "--model", "resnet", "--dummy-spread", "1"),
                 refusal(*run, "--config", sys.argv[2])]}))
 '''
+
+
+# A model added to spec.MODELS before any task has been built, as a new task's model would be
+# added in spec.py itself, with no task listing it.
+ORPHAN_MODEL = """
+from parbench.contract import spec
+spec.MODELS["orphan-mlp"] = spec.MODELS["mlp"]
+import parbench.contract.tasks
+"""
+
+
+def test_every_named_model_belongs_to_exactly_one_task():
+    owners = {model: [t.name for t in TASKS.values() if model in t.models] for model in MODELS}
+    assert {model: len(names) for model, names in owners.items()} == dict.fromkeys(MODELS, 1)
+    assert {m for task in TASKS.values() for m in task.models} == set(MODELS)
+
+
+def test_a_model_no_task_lists_is_refused_at_import_not_given_to_a_task():
+    done = subprocess.run([sys.executable, "-c", ORPHAN_MODEL], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stdout  # not image classification's by default
+    assert ("ValueError: model 'orphan-mlp' (parbench.contract.spec MODELS) belongs to no "
+            "task") in done.stderr.splitlines()[-1]
+
+
+def test_a_model_of_two_tasks_or_a_task_model_not_named_is_a_problem():
+    class Twin(ImageClassification):
+        name = "twin"
+        models = ("mlp", "unnamed")
+
+    assert model_problems(MODELS, (*TASKS.values(), Twin)) == [
+        "model 'mlp' belongs to several tasks (image-classification, twin): list it in one",
+        "task twin lists model 'unnamed', which parbench.contract.spec MODELS lacks"]
 
 
 def with_dummy_task(folder: Path) -> dict[str, str]:
@@ -184,7 +223,7 @@ def test_an_option_declared_by_its_owner_reaches_every_parser_file_bound_and_key
             "(dummy-patterns), not of --dataset synthetic"],
         [2, f"parbench: error: config file {config}: dummy_spread must be float or int, got "
             "'wide'"]]
-    assert found == {"flags": ["run", "compare", "explain"], "field": True,
+    assert found == {"flags": ["run", "compare", "explain"], "named": True, "field": True,
                      "owner": "task dummy-sign", "key_moves": True, "steps": 3}
     assert not out.exists()  # nothing written for bad input
     assert "--dummy-spread" not in parbench("run", "--help").stdout  # the table is the source

@@ -20,6 +20,7 @@ from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 from .compare_command import add_compare_parser
 from .explain import add_explain_parser
 from .parity import FAMILIES
+from .parsing import OneLineParser
 from .peak import add_peak_parser
 from .readable import readable_records
 from .run_command import add_node_options, add_run_options, cmd_run
@@ -104,7 +105,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="parbench", description=__doc__)
+    parser = OneLineParser(prog="parbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="backends and whether they can run here").set_defaults(
         func=cmd_list)
@@ -151,19 +152,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # argparse's refusals too are one line (OneLineParser), before anything starts
+        args = build_parser().parse_args(argv)
+    except UsageError as err:
+        return _refused(err)
     become_subreaper()  # a worker whose launcher died stays ours to find and end
     handle_termination()  # SIGTERM and SIGHUP clean up like Ctrl-C
     remove_stale_tempdirs()
     try:
         return args.func(args)
     except UsageError as err:
-        print(f"parbench: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refused(err)
     except KeyboardInterrupt as stop:
         signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
         print(f"parbench: {signal.Signals(signum).name}: stopped; every process of the run "
               "was ended, and records already written are kept", file=sys.stderr)
         return 128 + signum
 
+
+def _refused(err: UsageError) -> int:
+    """Bad input: one line on stderr, exit code 2."""
+    print(f"parbench: error: {err}", file=sys.stderr)
+    return EXIT_USAGE

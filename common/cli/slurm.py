@@ -11,11 +11,12 @@ from parbench.launch.options import OPTIONS
 from parbench.launch.slurm import DEFAULT_MASTER_PORT, sbatch_script
 from parbench.run.registry import BACKENDS
 
+from .parsing import OneLineParser
 from .run_command import add_run_options
 
 
-class _Parser(argparse.ArgumentParser):
-    """Errors become UsageErrors: one line and exit 2 through parbench's main."""
+class _Parser(OneLineParser):
+    """Its errors name the sub-command: the run options it checks are not slurm's own."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"slurm: {message}")

@@ -16,12 +16,14 @@ them, parbench.base.options), how its datasets are read (``load``) and what a da
 (``from_data``), and its quality figures (``quality``: the record's keys, units, which way is
 better, which the change N devices make is judged on), which the report, the headline, the CSV,
 the schema's rules for its records and ``parbench explain`` all read from here. A new task is a
-subclass registered in TASKS, plus its loss and evaluation in each framework's ``tasks.py``.
+subclass registered in TASKS that lists its own models (each named model belongs to exactly one
+task: check_models), plus its loss and evaluation in each framework's ``tasks.py``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -32,8 +34,12 @@ from parbench.base.options import ACCURACY, POSITIVE, Bounds, Option
 
 from .data import DATASET_NAMES, NEEDS_DATA_DIR, Dataset, load_dataset
 from .language import LANGUAGE_DATASETS, load_language
-from .spec import MODEL_NAMES, ModelSpec, build_spec
+from .spec import MODELS, ModelSpec, build_spec
 
+# Each task lists its named models (contract/spec.py MODELS) itself: a model no task lists, or
+# one that two tasks list, is refused when this module is imported (check_models), so a new
+# task's model cannot fall to another task by default.
+IMAGE_MODELS = ("resnet", "resnet-nonorm", "mlp", "vit")
 LANGUAGE_MODELS = ("gpt",)
 # Records before schema 7 name no task: they are image classification, the only task then.
 TASK_BEFORE_SCHEMA_7 = "image-classification"
@@ -75,6 +81,8 @@ class Task(ABC):
     name: ClassVar[str]  # the record's task
     datasets: ClassVar[tuple[str, ...]]  # --dataset choices that are this task's
     data_kind: ClassVar[str]  # what its datasets are, for messages ("image datasets")
+    # what --help says of a dataset beside its name, where its name does not say it
+    dataset_notes: ClassVar[dict[str, str]] = {}
     # --data-dir for the datasets that need one: "folder" or "file"
     data_paths: ClassVar[dict[str, str]] = {}
     models: ClassVar[tuple[str, ...]]  # --model choices that are this task's
@@ -87,8 +95,8 @@ class Task(ABC):
     # its quality figures, the first the headline's; and how its own are made, for the notes
     quality: ClassVar[tuple[Quality, ...]]
     quality_note: ClassVar[str]
-    # the figures --target can be of, the first by default (see Target)
-    targets: ClassVar[tuple[Target, ...]]
+    # the figures --target can be of, the first by default (see Target); none: no --target
+    targets: ClassVar[tuple[Target, ...]] = ()
     # --preset NAME: option values (a model and its sizes, a batch) that a preset fills in
     # where the user gave none
     presets: ClassVar[dict[str, dict[str, object]]] = {}
@@ -139,6 +147,8 @@ class Task(ABC):
     def target_of(cls, metric: str | None) -> Target:
         """The target figure --target-metric names (None: the task's first); ValueError for a
         figure the task has no target of."""
+        if not cls.targets:
+            raise ValueError(f"--target: {cls.name} has no figure a run can be timed to")
         if metric is None:
             return cls.targets[0]
         for target in cls.targets:
@@ -200,8 +210,11 @@ class ImageClassification(Task):
     name: ClassVar[str] = "image-classification"
     datasets: ClassVar[tuple[str, ...]] = DATASET_NAMES
     data_kind: ClassVar[str] = "image datasets"
+    dataset_notes: ClassVar[dict[str, str]] = {
+        "synthetic-hard": "where accuracy, precision and recall can change: about 0.85 at the "
+                          "default budget"}
     data_paths: ClassVar[dict[str, str]] = {name: "folder" for name in NEEDS_DATA_DIR}
-    models: ClassVar[tuple[str, ...]] = tuple(m for m in MODEL_NAMES if m not in LANGUAGE_MODELS)
+    models: ClassVar[tuple[str, ...]] = IMAGE_MODELS
     inputs: ClassVar[str] = "images, NCHW float32"
     labels: ClassVar[str] = "class indices, int64"
     loss: ClassVar[str] = "softmax cross-entropy of the logits against the class, mean over rows"
@@ -283,6 +296,8 @@ class LanguageModeling(Task):
     name: ClassVar[str] = "language-modeling"
     datasets: ClassVar[tuple[str, ...]] = LANGUAGE_DATASETS
     data_kind: ClassVar[str] = "token datasets"
+    dataset_notes: ClassVar[dict[str, str]] = {
+        "markov": "a synthetic language with a known loss floor"}
     data_paths: ClassVar[dict[str, str]] = {"text": "file"}
     models: ClassVar[tuple[str, ...]] = LANGUAGE_MODELS
     options: ClassVar[tuple[Option, ...]] = (
@@ -388,6 +403,33 @@ class LanguageModeling(Task):
 # line is read) reaches the options, the parser, the record schema and the report.
 TASKS: dict[str, type[Task]] = {task.name: task
                                 for task in (ImageClassification, LanguageModeling)}
+
+
+def model_problems(models: Iterable[str], tasks: Iterable[type[Task]]) -> list[str]:
+    """What is wrong with which task owns which model, one line each (empty when every named
+    model belongs to exactly one task and every task's model is a named one): the record, the
+    defaults and the report find a run's task by its model."""
+    tasks = tuple(tasks)
+    owners = {model: [task.name for task in tasks if model in task.models] for model in models}
+    found = [f"model {model!r} (parbench.contract.spec MODELS) belongs to no task: list it in "
+             f"one task's models" for model, names in owners.items() if not names]
+    found += [f"model {model!r} belongs to several tasks ({', '.join(names)}): list it in one"
+              for model, names in owners.items() if len(names) > 1]
+    found += [f"task {task.name} lists model {model!r}, which parbench.contract.spec MODELS "
+              "lacks" for task in tasks for model in task.models if model not in owners]
+    return found
+
+
+def check_models() -> None:
+    """Refuse a model of no task, of two tasks, or a task's model that is not named: called
+    here, at import, and again where the option table is built, after any task added from a
+    module of its own (ValueError: a mistake in parbench, not in a user's input)."""
+    found = model_problems(MODELS, TASKS.values())
+    if found:
+        raise ValueError("; ".join(found))
+
+
+check_models()
 
 
 def task_of_model(model: str) -> type[Task]:

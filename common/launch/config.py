@@ -17,7 +17,7 @@ from parbench.run.registry import BACKENDS, Backend
 
 from .netns import private_network_unavailable
 from .nodes import Nodes, NodesError, resolve_nodes
-from .options import OPTIONS, RunConfig
+from .options import DEFAULT_EPOCHS, OPTIONS, RunConfig
 
 # What an optimizer option means when not given; an option of the other optimizer is an error.
 OPTIMIZER_DEFAULTS = {
@@ -203,7 +203,7 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
                          f"combined with --{next(iter(modes.changed())).replace('_', '-')}")
     processes = 1 if backend.one_process else per_node
     threads = cfg.threads if cfg.threads is not None else max(1, cpu_count() // processes)
-    epochs = None if cfg.steps is not None else (cfg.epochs or 2)
+    epochs = None if cfg.steps is not None else (cfg.epochs or DEFAULT_EPOCHS)
     if cfg.steps is not None and cfg.warmup_steps > cfg.steps:
         raise UsageError(f"--warmup-steps {cfg.warmup_steps} exceeds the run's {cfg.steps} "
                          "steps")

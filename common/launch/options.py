@@ -18,7 +18,10 @@ from parbench.base.options import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SEED, Bo
 from parbench.contract.optim import OPTIMIZER_OPTIONS
 from parbench.contract.spec import MODEL_OPTIONS
 from parbench.contract.tasks import (
+    TASKS,
+    Task,
     all_datasets,
+    check_models,
     preset_names,
     target_metrics,
     task_of_model,
@@ -30,19 +33,81 @@ from parbench.run.registry import BACKENDS
 
 ISOLATION_CHOICES = ("auto", "on", "off")
 NODES = "multi-node"  # the section of run's --help that holds the multi-node options
+DEFAULT_EPOCHS = 2  # a run's budget where neither --steps, --epochs nor the task's recipe sets it
+DEFAULT_TASK = task_of_model(MODEL_OPTIONS[0].default)  # the task of a run that names no model
+
+
+# The help of the options whose values are the tasks' (datasets, targets, recipes, presets),
+# written from the task table, so a task added from its own module is named there too.
+def _tasks_text(task: type[Task]) -> str:
+    """How --help names a task: by its data, and the model that picks it where not default."""
+    return task.data_kind + ("" if task is DEFAULT_TASK else
+                             f" (--model {' or '.join(task.models)})")
+
+
+def _dataset_text(task: type[Task], dataset: str) -> str:
+    """A dataset's name, with its task's default marked and its note, if any."""
+    default = {task.default_dataset: "default" if task is DEFAULT_TASK else "its default"}
+    notes = [n for n in (default.get(dataset), task.dataset_notes.get(dataset)) if n]
+    return dataset + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _dataset_help() -> str:
+    return "; ".join(f"{_tasks_text(task)}: "
+                     + ", ".join(_dataset_text(task, d) for d in task.datasets)
+                     for task in TASKS.values())
+
+
+def _target_help() -> str:
+    firsts = ", ".join(f"{t.metric} for {task.data_kind} ({t.unit}, {t.better} is better)"
+                       for task in TASKS.values() for t in task.targets[:1])
+    return ("stop at the first evaluation that reaches it, and record the time to it (as MLPerf "
+            f"times training): the task's first figure, {firsts}; --target-metric picks "
+            "another of the task's figures")
+
+
+def _target_metric_help() -> str:
+    return "the figure --target is of: " + "; ".join(
+        f"{_either([t.metric for t in task.targets])} for {task.data_kind}"
+        for task in TASKS.values() if task.targets)
+
+
+def _either(names: list[str]) -> str:
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def _flags(values: dict[str, object]) -> str:
+    """Option values as the command line spells them."""
+    return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in values.items())
+
+
+def _epochs_help() -> str:
+    recipes = "".join(
+        f"; {task.data_kind}: {task.recipe['epochs']}, their recipe with "
+        f"{_flags({k: v for k, v in task.recipe.items() if k != 'epochs'})}"
+        for task in TASKS.values() if "epochs" in task.recipe)
+    return f"training epochs (default {DEFAULT_EPOCHS}{recipes})"
+
+
+def _preset_help() -> str:
+    return ("a size the task names, filling in what is not given (each task's presets and why: "
+            f"parbench.contract.tasks): {'; '.join(_preset_text(n) for n in preset_names())}")
+
+
+def _preset_text(name: str) -> str:
+    """A preset and what it fills in for each task that has it."""
+    filled = [f"{task.data_kind}: {_flags(task.presets[name])}" for task in TASKS.values()
+              if name in task.presets]
+    return f"{name} ({', '.join(filled)})"
+
 
 _DATA = (
-    Option("dataset", str, help="images: synthetic (default), synthetic-hard (where accuracy, "
-           "precision and recall can change: about 0.85 at the default budget), digits, "
-           "cifar10, mnist; tokens (--model gpt): markov (its default, a synthetic language "
-           "with a known loss floor), text", choices=all_datasets, inputs=True),
+    Option("dataset", str, help=_dataset_help(), choices=all_datasets, inputs=True),
     Option("data_dir", str, help="folder with the dataset's official files (cifar10, mnist); "
            "--dataset text: the UTF-8 text file", inputs=True),
 )
 _BUDGET = (
-    Option("epochs", int, help="training epochs (default 2; gpt 20, its recipe with lr 0.01 "
-           "after 32 warm-up steps)", bounds=AT_LEAST_ONE,
-           exclusive="budget"),
+    Option("epochs", int, help=_epochs_help(), bounds=AT_LEAST_ONE, exclusive="budget"),
     Option("steps", int, help="training steps instead of epochs", bounds=AT_LEAST_ONE,
            exclusive="budget"),
     Option("global_batch", int, help="samples per step, all devices (128)", bounds=POSITIVE,
@@ -57,12 +122,8 @@ _RUN = (
            bounds=AT_LEAST_ONE),
     Option("timeout", float, 900.0, "seconds before a run is killed and recorded (900)",
            bounds=POSITIVE),
-    Option("target", float, help="stop at the first evaluation that reaches it, and record "
-           "the time to it (as MLPerf times training): the test accuracy for images (higher is "
-           "better), the validation loss in nats per token for gpt (lower); --target-metric "
-           "picks another of the task's figures", bounds=Bounds(), metavar="VALUE"),
-    Option("target_metric", str, help="the figure --target is of: accuracy or loss for "
-           "images; loss, perplexity or accuracy (next-token) for gpt", choices=target_metrics),
+    Option("target", float, help=_target_help(), bounds=Bounds(), metavar="VALUE"),
+    Option("target_metric", str, help=_target_metric_help(), choices=target_metrics),
     Option("eval_every", int, help="evaluate every N steps and at the end (default: at every "
            "epoch's end); a --target is checked at each evaluation", bounds=AT_LEAST_ONE,
            metavar="N"),
@@ -75,10 +136,7 @@ _RUN = (
     Option("profile", bool, False, "split up to 10 steady steps into forward/backward/optimizer/"
            "communication per rank and list the framework profiler's top operations, in "
            "<record>.profile.json; the record is marked and kept out of the performance tables"),
-    Option("preset", str, help="a size the task names, filling in what is not given: medium "
-           "(images: a ViT, gpt: a wider GPT, each where the matmuls, not the frameworks' "
-           "per-step overhead, take most of a step on a CPU; parbench.contract.tasks)",
-           choices=preset_names, inputs=True),
+    Option("preset", str, help=_preset_help(), choices=preset_names, inputs=True),
     Option("train_subset", int, help="train on the first N training samples (an uneven size "
            "shows how each loader handles a tail)", bounds=POSITIVE, metavar="N", inputs=True),
 )
@@ -101,6 +159,10 @@ def _launcher_help() -> str:
     return "; ".join(f"{b.name}: {' (default) or '.join(b.launchers)}"
                      for b in BACKENDS.values() if len(b.launchers) > 1)
 
+
+# Tasks or models added from a module of their own are registered by now: every named model
+# must still belong to exactly one task, or the model decides no task's defaults and options.
+check_models()
 
 # The option table, in the order of --help and of a record's ``config``. The backend and the
 # device count are arguments each command spells its own way; every other option is a flag.
