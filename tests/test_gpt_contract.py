@@ -13,7 +13,7 @@ from test_cli import assert_refused
 
 from conftest import parbench
 from parbench.base.errors import UsageError
-from parbench.contract.language import MarkovLanguage, load_language
+from parbench.contract.language import MARKOV_SEEDS, MarkovLanguage, load_language
 from parbench.contract.spec import (
     GPTSpec,
     Role,
@@ -81,6 +81,33 @@ def test_the_task_counts_tokens_and_scores_from_the_summed_counts():
     assert LanguageModeling(5, context=3).extra_metrics(scores) == {"loss_floor": None,
                                                                   "floor_gap": None}
     assert task.count_size == 4
+
+
+def test_a_target_below_the_languages_floor_is_ruled_out_and_one_at_it_is_not():
+    task = LanguageModeling(5, context=3, loss_floor=1.25)
+    loss, perplexity, accuracy = (task.target_of(m) for m in ("loss", "perplexity", "accuracy"))
+    assert task.unreachable(loss, 1.2499) == ("--target 1.2499 is below the language's floor "
+                                              "for loss (1.25): no model can reach it")
+    assert task.unreachable(loss, 1.25) is None and task.unreachable(loss, 2.0) is None
+    floor = math.exp(1.25)  # 3.49: perplexity's floor is the loss floor's exponential
+    assert "for perplexity (3.49)" in task.unreachable(perplexity, floor - 1e-3)
+    assert task.unreachable(perplexity, floor + 1e-3) is None
+    assert task.unreachable(accuracy, 0.99) is None  # no floor stated for accuracy
+    assert LanguageModeling(5, context=3).unreachable(loss, 0.01) is None  # text: no floor
+
+
+def test_the_probe_batch_is_token_ids_of_the_vocabulary():
+    task = LanguageModeling(5, context=3)
+    probe = task.probe_batch(400, np.random.default_rng(0))
+    assert probe.shape == (400, 16) and probe.dtype == np.int64  # parity's 16-token rows
+    assert sorted(np.unique(probe).tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_the_task_is_made_from_what_its_dataset_holds():
+    data = LanguageModeling.load("markov", None, {"context": 6, "vocab": 7})
+    task = LanguageModeling.from_data(data)
+    assert (task.classes, task.context) == (7, 6)
+    assert task.loss_floor == MarkovLanguage.from_seed(7, MARKOV_SEEDS["language"]).loss_floor(6)
 
 
 def test_models_and_datasets_belong_to_one_task_each():

@@ -226,6 +226,13 @@ def test_a_class_never_present_or_never_predicted_scores_0_not_nan() -> None:
     assert one["recall_macro"] == one["precision_macro"] == one["f1_macro"] == 1.0
 
 
+def test_the_image_task_is_made_from_what_its_dataset_holds() -> None:
+    data = ImageClassification.load("synthetic", None, {})
+    assert data.name == "synthetic" and data.holds == {"classes": 10}
+    task = ImageClassification.from_data(data)
+    assert task.classes == 10 and task.spec_for("mlp", (3, 16, 16)).num_classes == 10
+
+
 def test_the_image_task_builds_its_specs_and_probe_batches() -> None:
     spec = TASK.spec_for("mlp", (3, 16, 16))
     assert spec.num_classes == 3 and tuple(spec.input_shape) == (3, 16, 16)

@@ -29,9 +29,6 @@ class Interval:
     high: float
     method: str  # how it was made, as the report says it ("t, 3 repeats")
 
-    def overlaps(self, other: Interval) -> bool:
-        return self.low <= other.high and other.low <= self.high
-
     @property
     def log_half_width(self) -> float:
         return (math.log(self.high) - math.log(self.low)) / 2
