@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,10 +62,13 @@ def statuses() -> dict[str, str]:
 
 def main() -> int:
     make_view()
-    # mutmut runs the tests in its own process, whose sys.path has PYTHONPATH=mutants: the
-    # folder must exist before that process starts, or Python caches it as missing and
-    # "import parbench" fails once mutmut has made it
-    (ROOT / "mutants").mkdir(exist_ok=True)
+    # mutmut keeps each mutant's verdict in mutants/ and tests again only the functions whose
+    # source changed: after a change to the tests alone it would print the old score. Every
+    # run starts from an empty folder. It must exist before mutmut's process starts, whose
+    # sys.path has PYTHONPATH=mutants, or Python caches it as missing and "import parbench"
+    # fails once mutmut has made it.
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    (ROOT / "mutants").mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "mutants")}
     children = ["--max-children", str(len(os.sched_getaffinity(0)))]
     subprocess.run([sys.executable, "-m", "mutmut", "run", *children], cwd=ROOT, env=env,
