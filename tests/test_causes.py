@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from parbench.results.accuracy_change import CHANGE_COLUMNS, change_rows, summarise, verdict
+from parbench.results.accuracy_change import (
+    CHANGE_COLUMNS,
+    baseline_key,
+    change_rows,
+    summarise,
+    verdict,
+)
 from parbench.results.causes import checked_causes, known_causes
 
 REFERENCE = Path(__file__).parents[1] / "results" / "reference"
@@ -188,6 +194,47 @@ def test_a_per_device_configuration_finds_the_1_device_run_of_its_per_device_bat
     assert row["baseline"] == "torch-single x1" and row["batch"] == "per-device 32 (global 64)"
     assert row["change"] == pytest.approx(-0.2) and row["verdict"] == "beyond seed noise"
     assert row["causes"] == "batchnorm, global-batch, eval-sharding"
+
+
+# each thing a run fixes besides seed, backend, devices and modes, changed alone
+KEY_CHANGES = [
+    {"model": "mlp"}, {"dataset": "synthetic-hard"}, {"global_batch": 128},
+    {"optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.0}},
+    {"optimizer": {"name": "adamw", "lr": 0.1}}, {"lr": 0.05},
+    *({"config": {"steps": 40, "epochs": None, key: value}} for key, value in (
+        ("width", 32), ("depth", 3), ("heads", 2), ("data_dir", "/data"), ("context", 32),
+        ("vocab", 16), ("train_subset", 1000), ("target", 0.9), ("target_metric", "loss"),
+        ("eval_every", 4))),
+    {"config": {"steps": 80, "epochs": None}}, {"config": {"steps": None, "epochs": 2}}]
+
+
+def changed_name(changes: dict) -> str:
+    """The field a KEY_CHANGES entry changes, as the test's id."""
+    fields = changes.get("config", changes).keys() - {"steps", "epochs"}
+    return next(iter(fields or changes["config"]))
+
+
+@pytest.mark.parametrize("changes", KEY_CHANGES, ids=changed_name)
+def test_a_change_to_what_a_run_fixes_is_another_baseline(changes):
+    one = record("torch-single", 1)
+    assert baseline_key({**one, **changes}) != baseline_key(one)
+
+
+def test_what_one_device_runs_alike_keys_alike():
+    one = record("torch-single", 1)
+    # the seed, the backend and the lr the optimizer carries are not the configuration
+    assert baseline_key({**one, "seed": 3, "backend": "tf-single"}) == baseline_key(one)
+    assert baseline_key({**one, "optimizer": {"name": "sgd", "lr": 9.0, "momentum": 0.9}}) \
+        == baseline_key(one)
+    # on one device a per-device batch of 64 is the global batch of 64
+    per_device = {**one, "batch_mode": "per-device", "global_batch": 999, "per_device_batch": 64}
+    assert baseline_key(per_device) == baseline_key(one)
+    # 2 devices at a per-device 32 with linear scaling: the lr one device of 32 would have
+    scaled = record("torch-ddp", 2, batch_mode="per-device", global_batch=64,
+                    per_device_batch=32, lr=0.2, lr_scaling="linear")
+    assert baseline_key(scaled) == baseline_key(record("torch-single", 1, global_batch=32,
+                                                       per_device_batch=32, lr=0.1))
+    assert baseline_key({**scaled, "lr_scaling": "none"}) != baseline_key(scaled)
 
 
 def test_a_language_model_is_judged_by_its_validation_loss():
