@@ -273,6 +273,17 @@ def test_csv_is_tidy_and_round_trips_exact_values(runs: Path) -> None:
     assert ddp.cv_percent == pytest.approx(100 * 200 ** 0.5 / 190, rel=1e-12)
     assert ddp.noisy == "cv+load" and pd.isna(row[(SPEC_A, "torch-dp", 2)].cv_percent)
     assert ddp.scaling_eff == 190 / (2 * 110) and pd.isna(ddp.throughput_low)
+    # the key columns a reader filters and joins on, in their order, and what they hold
+    keys = {"spec_sha256": SPEC_A, "framework": "torch", "framework_version": "2.5.1",
+            "backend": "torch-ddp", "launcher": "torchrun", "devices": 2, "nodes": 1,
+            "model": "resnet", "task": "image-classification", "dataset": "synthetic",
+            "global_batch": BATCH, "batch_mode": "global", "steps": 4, "seed": 0,
+            "precision": "fp32", "compile": False, "sync_bn": False, "grad_accum": 1,
+            "input": "arrays", "loader_workers": 0, "reshard_after_forward": None,
+            "threads_per_worker": 4, "total_threads": 8, "commit": "abc1234", "schema": 1,
+            "cpu": "Test CPU", "throughput_unit": "samples/s"}
+    assert list(table.columns[:len(keys)]) == list(keys)
+    assert {k: None if pd.isna(v) else v for k, v in ddp._asdict().items() if k in keys} == keys
     assert ddp.step_ms_p50 == (BATCH / 180 * 1000 + BATCH / 200 * 1000) / 2
     assert [float(v) for v in ddp.rss_mib_per_rank.split(";")] == [580.0, 610.0]
     single = row[(SPEC_A, "torch-single", 1)]
