@@ -177,6 +177,19 @@ def test_change_rows_judge_each_n_device_configuration_against_the_single_backen
     assert precision["verdict"] == "beyond seed noise"  # spread 0.01
 
 
+@pytest.mark.parametrize("config,steps,budget", [
+    ({"steps": 40, "epochs": None}, 40, "40 steps"),
+    ({"steps": None, "epochs": 3}, 96, "3 epochs"),
+    # no budget of the user's: the record's steps are those run (a target stops a run early),
+    # not a budget, so none is made up
+    ({}, 36, "default"),
+], ids=["steps", "epochs", "default"])
+def test_the_budget_is_said_as_the_user_set_it(config, steps, budget):
+    runs = [*seeds("torch-single", 1, (0.8,) * 3, config=config, steps=steps),
+            *seeds("torch-ddp", 2, (0.7,) * 3, config=config, steps=steps)]
+    assert {row["budget"] for row in change_rows(runs)} == {budget}
+
+
 def test_change_rows_with_too_few_seeds_or_no_baseline_say_so():
     two = change_rows([*seeds("torch-single", 1, (0.8, 0.9)), *seeds("torch-ddp", 2, (0.1,) * 3)])
     assert two[0]["verdict"] == "n/a (2 seeds; 3 needed)"

@@ -158,8 +158,10 @@ def _config_cells(config: Configuration, runs: list[dict]) -> dict[str, Cell]:
     return {"backend": config.backend, "devices": devices, "launcher": config.launcher,
             "modes": config.modes.label, "model": first["model"], "dataset": first["dataset"],
             "batch": batch,
-            "budget": f"{budget['steps']} steps" if budget.get("steps")
-            else f"{budget.get('epochs') or 2} epochs",
+            # as the user set it (a task's recipe fills in epochs); else the version's default,
+            # which the record does not hold (its steps are those run: a target stops early)
+            "budget": f"{budget['epochs']} epochs" if budget.get("epochs")
+            else f"{budget['steps']} steps" if budget.get("steps") else "default",
             "runs ok": f"{len(ok)}/{len(runs)}",
             "causes": ", ".join(c.name for c in causes) or ("none" if ok else None)}
 
