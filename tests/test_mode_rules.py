@@ -72,6 +72,15 @@ def test_sync_bn_on_one_device_is_refused_with_the_reason() -> None:
         "synchronize")
 
 
+def test_resharding_is_refused_where_the_backend_cannot_choose_when_it_frees() -> None:
+    no = Modes(reshard_after_forward="no")
+    assert refusal(BACKENDS["torch-ddp"], no, gpus=2, devices=2) == (
+        "--reshard-after-forward no is not available for torch-ddp: only a sharded backend "
+        "that lets you choose when parameters are freed has it (torch-fsdp, paddle-sharding)")
+    assert refusal(BACKENDS["jax-fsdp"], no, gpus=2, devices=2) is not None
+    assert refusal(BACKENDS["torch-fsdp"], no, gpus=0, devices=2) is None
+
+
 def test_a_backends_own_refusal_names_the_flag_as_given_and_the_reason() -> None:
     why = BACKENDS["tf-mirrored-keras"].refusals["grad_accum"]
     assert refusal(BACKENDS["tf-mirrored-keras"], Modes(grad_accum=4), gpus=0, devices=2) == (
