@@ -123,6 +123,6 @@ def test_each_tasks_rule_requires_its_fields_from_its_schema_on(record, missing)
 def test_one_rule_per_task_keyed_by_the_records_task_and_version():
     rules = record_rules()
     assert [rule["if"]["properties"]["task"]["const"] for rule in rules] == [
-        "image-classification", "language-modeling"]
-    assert [rule["if"]["properties"]["schema_version"]["minimum"] for rule in rules] == [3, 7]
-    assert [rule["if"].get("required") for rule in rules] == [None, ["task"]]
+        "image-classification", "language-modeling", "object-detection"]
+    assert [rule["if"]["properties"]["schema_version"]["minimum"] for rule in rules] == [3, 7, 13]
+    assert [rule["if"].get("required") for rule in rules] == [None, ["task"], ["task"]]

@@ -1,4 +1,5 @@
-"""The ``parbench`` command: list, run, compare, check, report, parity, slurm and peak."""
+"""The ``parbench`` command: list, run, compare, check, report, parity, slurm, peak, explain
+and data."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from parbench.results.records import check_folder
 from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 
 from .compare_command import add_compare_parser
+from .data_command import add_data_parser
 from .explain import add_explain_parser
 from .parity import FAMILIES
 from .parsing import OneLineParser
@@ -126,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the model family: resnet (default: the CNN models, SGD), vit "
                         "(the transformer, AdamW with gradient clipping) or gpt (the causal "
                         "language model on the synthetic language, AdamW, clipping, "
-                        "warmup-cosine)")
+                        "warmup-cosine) or centernet (the detector on the faces, AdamW)")
     parity.add_argument("--compile", action="store_true",
                         help="instead: each single backend (and --strategies on 2 devices) "
                         "compiled against eager, 10 steps")
@@ -148,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_slurm_parser(sub)
     add_peak_parser(sub)
     add_explain_parser(sub)
+    add_data_parser(sub)
     return parser
 
 

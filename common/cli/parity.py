@@ -9,6 +9,8 @@
   the same number of steps).
 * ``--model gpt``: the causal language model: its forward on token ids, and 10 AdamW steps on
   the synthetic language with clipping active and a warmup-cosine schedule.
+* ``--model centernet``: the detector: its forward (training and inference mode) and 10 AdamW
+  steps on the faces.
 * Compile (``parbench parity --compile``): the same 10 steps of each single backend, and of each
   listed strategy on 2 devices, compiled (torch.compile, XLA, to_static) against eager.
 
@@ -73,6 +75,13 @@ FAMILIES = {
                   # (median element 3.1e-7); after 10 steps jax-sharded x2 ends 6.5e-5 from
                   # jax-single on that element alone, every other of the 16,384 within 7e-8
                   strategy_tolerance=TRAJECTORY_TOLERANCE),
+    # the detector: BatchNorm in its backbone (both modes forward); its focal loss and L1
+    # regression through AdamW on the faces, without norm as the resnet's trajectory, so N
+    # devices' steps are one device's
+    "centernet": Family((("centernet", "train"), ("centernet", "eval"),
+                         ("centernet-nonorm", "train")),
+                        dict(model="centernet-nonorm", dataset="faces", global_batch=16,
+                             optimizer="adamw", lr=1e-3)),
 }
 FORWARD_CASES = tuple(case for family in FAMILIES.values() for case in family.forward_cases)
 

@@ -62,7 +62,7 @@ class Dataset:
         return cls(name=name, **arrays)
 
 
-def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = x_train.mean(axis=(0, 2, 3), keepdims=True, dtype=np.float64)
     std = x_train.std(axis=(0, 2, 3), keepdims=True, dtype=np.float64) + 1e-8
     return (((x_train - mean) / std).astype(np.float32),
@@ -70,7 +70,7 @@ def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, n
 
 
 def _finish(name, x_train, y_train, x_test, y_test, num_classes) -> Dataset:
-    x_train, x_test = _standardise(x_train.astype(np.float32), x_test.astype(np.float32))
+    x_train, x_test = standardise(x_train.astype(np.float32), x_test.astype(np.float32))
     return Dataset(name, x_train, y_train.astype(np.int64), x_test, y_test.astype(np.int64),
                    {"classes": num_classes})
 

@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .data import Dataset, standardise
+
 STRIDE = 4
 LABEL_CHANNELS = 7
 HEAT, SIZE_W, SIZE_H, OFFSET_X, OFFSET_Y, MASK, PACKED = range(LABEL_CHANNELS)
 OUTPUT_CHANNELS = 5  # heat logit, width, height, offset x, offset y
 TOP_K = 20  # predictions kept per image: every rank gathers this many per image
 NO_PREDICTION = -1.0  # the score of an empty slot of the top K (fewer peaks than K)
+# the loss (parbench.contract.detection_task): CenterNet's focal exponents and size weight
+FOCAL_ALPHA, FOCAL_BETA, SIZE_WEIGHT = 2, 4, 0.1
 GAUSSIAN_SIDES = 6.0  # sigma = mean side / stride / GAUSSIAN_SIDES
 GAUSSIAN_REACH = 3.0  # the peak is cut to 0 beyond this many sigmas
 
@@ -115,3 +119,20 @@ def decode(outputs: np.ndarray, top_k: int = TOP_K) -> np.ndarray:
     boxes = np.stack([centre_x - width / 2, centre_y - height / 2, width, height, best], -1)
     boxes[best == NO_PREDICTION, :4] = 0.0
     return boxes
+
+
+def detection_dataset(name: str, splits: dict[str, tuple[np.ndarray, list]]) -> Dataset:
+    """A detection Dataset from its splits' uint8 HWC images and boxes: ``train``, ``val`` and
+    optionally ``shifted``. The test rows are ``val`` then ``shifted``, indexed in that order;
+    images standardised per channel with the training split's statistics, as every image
+    dataset here."""
+    train_images, train_boxes = splits["train"]
+    tests = [splits[split] for split in ("val", "shifted") if split in splits]
+    test_images = np.concatenate([images for images, _ in tests])
+    test_boxes = [boxes for _, boxes in tests for boxes in boxes]
+    side = train_images.shape[1]
+    x_train, x_test = standardise(train_images.transpose(0, 3, 1, 2).astype(np.float32),
+                                  test_images.transpose(0, 3, 1, 2).astype(np.float32))
+    return Dataset(name, x_train, encode(train_boxes, side), x_test, encode(test_boxes, side),
+                   {"classes": 1, "val_images": len(tests[0][0]),
+                    "shifted_images": len(tests[1][0]) if len(tests) > 1 else 0})

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .data import Dataset
+from .detection import detection_dataset
+
 IMAGE_SIZE = 64
 MAX_FACES = 6
 MAX_DISTRACTORS = 3
@@ -160,3 +163,8 @@ def draw_split(split: str, images: int | None = None) -> tuple[np.ndarray, list[
     count = SPLIT_IMAGES[split] if images is None else images
     drawn = [draw_image(rng, STYLES[split]) for _ in range(count)]
     return np.stack([image for image, _ in drawn]), [boxes for _, boxes in drawn]
+
+
+def load_faces() -> Dataset:
+    """--dataset faces: every split drawn from its seed."""
+    return detection_dataset("faces", {split: draw_split(split) for split in SPLIT_SEEDS})

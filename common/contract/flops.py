@@ -39,7 +39,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .spec import GPTSpec, MLPSpec, ModelSpec, ResNetSpec, ViTSpec, kind_of, resnet_blocks
+from .spec import (
+    CenterNetSpec,
+    GPTSpec,
+    MLPSpec,
+    ModelSpec,
+    ResNetSpec,
+    ViTSpec,
+    kind_of,
+    resnet_blocks,
+)
 
 FLOPS_PER_MULTIPLY_ADD = 2
 TRAINING_PER_FORWARD = 3  # forward + backward, the backward twice the forward
@@ -106,7 +115,7 @@ class Conv:
         return height * width * self.c_out * self.c_in * self.kernel * self.kernel
 
 
-def resnet_convs(spec: ResNetSpec) -> list[Conv]:
+def resnet_convs(spec: ResNetSpec | CenterNetSpec) -> list[Conv]:
     """Every convolution of the ResNet in order: the stem, then per block its 1x1 projection
     shortcut where it has one, and its two 3x3 convolutions (the first one strided)."""
     channels, height, width = spec.input_shape
@@ -169,6 +178,17 @@ def _gpt(spec: GPTSpec) -> ModelFlops:
                   items_per_sample=spec.context)
 
 
+def _centernet(spec: CenterNetSpec) -> ModelFlops:
+    """The backbone's convolutions, then each head's 3x3 and 1x1 convolutions at stride 4."""
+    convs = resnet_convs(spec)
+    size = convs[-1].output_size
+    heads = [conv for _, maps in spec.heads
+             for conv in (Conv(spec.stage_channels[-1], spec.head_channels, 3, 1, 1, size),
+                          Conv(spec.head_channels, maps, 1, 1, 0, size))]
+    return _flops(conv=sum(conv.multiply_adds for conv in convs + heads),
+                  first_layer=convs[0].multiply_adds)
+
+
 def _flops(conv: int = 0, dense: int = 0, attention: int = 0, first_layer: int = 0,
            items_per_sample: int = 1) -> ModelFlops:
     """Multiply-adds to FLOPs."""
@@ -178,7 +198,7 @@ def _flops(conv: int = 0, dense: int = 0, attention: int = 0, first_layer: int =
 
 
 COUNTERS: dict[str, Callable[[ModelSpec], ModelFlops]] = {
-    "resnet": _resnet, "mlp": _mlp, "vit": _vit, "gpt": _gpt}
+    "resnet": _resnet, "mlp": _mlp, "vit": _vit, "gpt": _gpt, "centernet": _centernet}
 
 
 def model_flops(spec: ModelSpec) -> ModelFlops:

@@ -40,6 +40,17 @@ GPT-style causal language model (``GPTSpec``), decoder-only, pre-norm:
   one gradient that sums both.
 * LayerNorm ``eps = norm_eps`` = 1e-5 (torch's and Paddle's default, not Keras' 1e-3 nor
   Flax's 1e-6); no dropout.
+
+CenterNet-style detector (``CenterNetSpec``; Zhou et al. 2019, "Objects as Points"):
+
+* Backbone: the ResNet's stem and residual blocks (same names, conventions and BatchNorm),
+  strided to ``stride`` (4), with no pooling and no dense head.
+* Heads, in order ``heat`` (one map per class), ``size`` (width, height), ``offset`` (x, y):
+  each ``out(relu(hidden(features)))``, ``hidden`` a 3x3 convolution to ``head_channels`` and
+  ``out`` a 1x1 one to its maps, both with bias and no norm. The heat map's ``out`` bias
+  starts at ``-log((1 - 0.1) / 0.1)``, a 0.1 prior per cell, as CenterNet's.
+* Output: the heads' maps concatenated in that order, NCHW: [rows, classes + 4, H/4, W/4];
+  the heat map is a logit (the loss and the decoding take its sigmoid).
 """
 
 from __future__ import annotations
@@ -126,7 +137,40 @@ class GPTSpec:
             raise ValueError(f"gpt: {self.heads} heads do not divide the width {self.width}")
 
 
-ModelSpec = ResNetSpec | MLPSpec | ViTSpec | GPTSpec
+@dataclass(frozen=True)
+class CenterNetSpec:
+    """A CenterNet-style detector (see the module's conventions): a residual backbone as the
+    ResNet's down to stride 4, then one head per output map."""
+
+    input_shape: tuple[int, int, int]
+    num_classes: int  # heat maps: one per class
+    stem_channels: int = 16
+    stage_channels: tuple[int, ...] = (16, 32, 32)
+    stage_strides: tuple[int, ...] = (2, 2, 1)
+    head_channels: int = 32
+    norm: BatchNormSpec | None = field(default_factory=BatchNormSpec)
+    kind: str = "centernet"
+
+    @property
+    def stride(self) -> int:
+        stride = 1
+        for step in self.stage_strides:
+            stride *= step
+        return stride
+
+    @property
+    def heads(self) -> tuple[tuple[str, int], ...]:
+        """(name, output maps) of each head, in the order their maps are concatenated."""
+        return ("heat", self.num_classes), ("size", 2), ("offset", 2)
+
+    def check(self) -> None:
+        _, height, width = self.input_shape
+        if height % self.stride or width % self.stride:
+            raise ValueError(f"centernet: stride {self.stride} does not divide the "
+                             f"{height}x{width} images")
+
+
+ModelSpec = ResNetSpec | MLPSpec | ViTSpec | GPTSpec | CenterNetSpec
 
 # Named models: the --model choices, each a spec for a dataset's input shape and classes.
 MODELS: dict[str, Callable[[tuple[int, int, int], int], ModelSpec]] = {
@@ -136,6 +180,9 @@ MODELS: dict[str, Callable[[tuple[int, int, int], int], ModelSpec]] = {
     "vit": lambda shape, classes: ViTSpec(shape, classes),
     # a language model: the input shape is (context,), the classes its vocabulary
     "gpt": lambda shape, classes: GPTSpec(vocab=classes, context=shape[0]),
+    # a detector: one heat map per class
+    "centernet": lambda shape, classes: CenterNetSpec(shape, classes),
+    "centernet-nonorm": lambda shape, classes: CenterNetSpec(shape, classes, norm=None),
 }
 MODEL_NAMES = tuple(MODELS)
 
@@ -154,7 +201,8 @@ MODEL_SIZE = Bounds(1, 4096)
 # replace the spec's (build_spec refuses them for a model that has none).
 MODEL_OPTIONS = (
     Option("model", str, "resnet", "resnet (default), resnet-nonorm, mlp, vit; gpt, a causal "
-           "language model (see parbench.contract.spec)", choices=lambda: tuple(MODELS),
+           "language model; centernet, centernet-nonorm, a detector (see "
+           "parbench.contract.spec)", choices=lambda: tuple(MODELS),
            inputs=True),
     Option("width", int, help="--model gpt or vit: the model width (64; its MLP 4x when given)",
            owner="model", bounds=MODEL_SIZE, inputs=True),
@@ -177,7 +225,7 @@ def build_spec(model: str, input_shape: tuple[int, ...], num_classes: int,
             raise ValueError(f"--{next(iter(sizes))} is an option of --model "
                              f"{' / '.join(SIZED_MODELS)}, not of --model {model}")
         spec = replace(spec, **sizes, mlp_width=4 * sizes.get("width", spec.width))
-    if isinstance(spec, ViTSpec | GPTSpec):
+    if isinstance(spec, ViTSpec | GPTSpec | CenterNetSpec):
         spec.check()
     return spec
 
@@ -196,6 +244,7 @@ class Role(str, Enum):
     POSITION_EMBEDDING = "position_embedding"
     CLASS_TOKEN = "class_token"
     TOKEN_EMBEDDING = "token_embedding"  # a language model's; also its tied output projection
+    HEAT_BIAS = "heat_bias"  # a detector's heat-map output bias: the prior of a face per cell
 
 
 @dataclass(frozen=True)
@@ -218,6 +267,7 @@ ROLE_RULES: dict[Role, RoleRule] = {
     Role.POSITION_EMBEDDING: RoleRule("normal_002", decay=True),
     Role.CLASS_TOKEN: RoleRule("normal_002", decay=True),
     Role.TOKEN_EMBEDDING: RoleRule("normal_002", decay=True),
+    Role.HEAT_BIAS: RoleRule("focal_prior", decay=False),
 }
 
 
@@ -257,7 +307,7 @@ def _layer_norm(params: dict, prefix: str, width: int) -> None:
     params[f"{prefix}.bias"] = Param((width,), Role.NORM_SHIFT)
 
 
-def resnet_blocks(spec: ResNetSpec) -> list[tuple[str, int, int, int, bool]]:
+def resnet_blocks(spec: ResNetSpec | CenterNetSpec) -> list[tuple[str, int, int, int, bool]]:
     """(name, c_in, c_out, stride, has_projection) of every residual block, in order."""
     blocks, c_in = [], spec.stem_channels
     for i, (c_out, stride) in enumerate(zip(spec.stage_channels, spec.stage_strides)):
@@ -322,6 +372,25 @@ def _gpt_parameters(spec: GPTSpec) -> dict[str, Param]:
     return params
 
 
+def _centernet_parameters(spec: CenterNetSpec) -> dict[str, Param]:
+    """The ResNet's backbone without its dense head, then per head a 3x3 convolution with bias
+    and a 1x1 one to its maps (the heat map's bias starting at the prior, HEAT_BIAS)."""
+    params: dict[str, Param] = {}
+    norm = spec.norm is not None
+    _conv(params, "stem", spec.input_shape[0], spec.stem_channels, 3, norm)
+    for name, c_in, c_out, _stride, projection in resnet_blocks(spec):
+        _conv(params, f"{name}.conv1", c_in, c_out, 3, norm)
+        _conv(params, f"{name}.conv2", c_out, c_out, 3, norm)
+        if projection:
+            _conv(params, f"{name}.shortcut", c_in, c_out, 1, norm)
+    for head, maps in spec.heads:
+        _conv(params, f"heads.{head}.hidden", spec.stage_channels[-1], spec.head_channels, 3,
+              norm=False)
+        _conv(params, f"heads.{head}.out", spec.head_channels, maps, 1, norm=False)
+    params["heads.heat.out.conv.bias"] = Param((spec.num_classes,), Role.HEAT_BIAS)
+    return params
+
+
 @dataclass(frozen=True)
 class ModelKind:
     """A model family: its spec class, its tensors, and how a job file's JSON restores it."""
@@ -336,6 +405,8 @@ KINDS: dict[str, ModelKind] = {
     "mlp": ModelKind(MLPSpec, _mlp_parameters, ("hidden",)),
     "vit": ModelKind(ViTSpec, _vit_parameters, ()),
     "gpt": ModelKind(GPTSpec, _gpt_parameters, ()),
+    "centernet": ModelKind(CenterNetSpec, _centernet_parameters,
+                           ("stage_channels", "stage_strides")),
 }
 
 

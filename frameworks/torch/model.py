@@ -16,35 +16,10 @@ from torch.distributed.tensor import DTensor
 
 from parbench.contract.spec import MLPSpec, ModelSpec, ResNetSpec, kind_of, resnet_blocks
 
+from .centernet import CenterNet
 from .gpt import GPT
+from .layers import Block, ConvNorm
 from .vit import ViT
-
-
-class ConvNorm(nn.Module):
-    """conv (bias only without norm) followed by the spec's BatchNorm, if any."""
-
-    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, spec: ResNetSpec):
-        super().__init__()
-        self.conv = nn.Conv2d(c_in, c_out, kernel, stride, padding=kernel // 2,
-                              bias=spec.norm is None)
-        self.bn = None if spec.norm is None else nn.BatchNorm2d(
-            c_out, eps=spec.norm.eps, momentum=spec.norm.momentum)  # same convention as spec
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv(x)
-        return x if self.bn is None else self.bn(x)
-
-
-class Block(nn.Module):
-    def __init__(self, c_in: int, c_out: int, stride: int, projection: bool, spec: ResNetSpec):
-        super().__init__()
-        self.conv1 = ConvNorm(c_in, c_out, 3, stride, spec)
-        self.conv2 = ConvNorm(c_out, c_out, 3, 1, spec)
-        self.shortcut = ConvNorm(c_in, c_out, 1, stride, spec) if projection else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.conv2(torch.relu(self.conv1(x)))
-        return torch.relu(out + (x if self.shortcut is None else self.shortcut(x)))
 
 
 class ResNet(nn.Module):
@@ -76,7 +51,8 @@ class MLP(nn.Module):
 
 # One builder per model kind (parbench.spec.KINDS); a kind missing here is an error.
 BUILDERS: dict[str, Callable[[ModelSpec], nn.Module]] = {"resnet": ResNet, "mlp": MLP,
-                                                        "vit": ViT, "gpt": GPT}
+                                                        "vit": ViT, "gpt": GPT,
+                                                        "centernet": CenterNet}
 
 
 def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Module:
@@ -97,10 +73,10 @@ def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Module:
 
 def first_layer(model: nn.Module) -> nn.Module:
     """The layer whose output dtype shows the precision a run computes in: the stem conv of the
-    resnet, the patch conv of the ViT, the first Linear of the MLP (its head when it has no
-    hidden layer), the first block's qkv projection of the GPT (an embedding lookup is not
-    autocast: it returns its table's dtype)."""
-    if isinstance(model, ResNet):
+    resnet and the detector, the patch conv of the ViT, the first Linear of the MLP (its head
+    when it has no hidden layer), the first block's qkv projection of the GPT (an embedding
+    lookup is not autocast: it returns its table's dtype)."""
+    if isinstance(model, ResNet | CenterNet):
         return model.stem.conv
     if isinstance(model, ViT):
         return model.patch
@@ -113,11 +89,12 @@ def first_layer(model: nn.Module) -> nn.Module:
 
 def sharding_units(model: nn.Module) -> list[nn.Module]:
     """The layers sharded data parallelism gathers one at a time, before the rest of the model
-    (the root's unit): the residual blocks of the resnet, the transformer blocks of the ViT and
-    the GPT, the hidden layers of the MLP (none when it has only its head)."""
+    (the root's unit): the residual blocks of the resnet and the detector, the transformer
+    blocks of the ViT and the GPT, the hidden layers of the MLP (none when it has only its
+    head)."""
     if isinstance(model, MLP):
         return list(model.hidden)
-    if isinstance(model, ResNet | ViT | GPT):
+    if isinstance(model, ResNet | ViT | GPT | CenterNet):
         return list(model.blocks)
     raise TypeError(f"no sharding units known for {type(model).__name__}")
 

@@ -1,0 +1,186 @@
+"""Object detection, the task of the face-detector study: did N devices change precision,
+recall and F1, overall and per object size, in-domain and on a shifted style?
+
+Inputs: NCHW float32 images; labels: the CenterNet maps and each image's boxes
+(parbench.contract.detection); a model's output: the heat-map logit, size and offset maps. The
+loss, as every framework computes it, per image, then the mean over the images:
+
+* the penalty-reduced focal loss of CenterNet on the heat map, summed over the cells: at a face's
+  centre ``-(1 - p)^2 log p``, elsewhere ``-(1 - y)^4 p^2 log(1 - p)`` (p: the sigmoid of the
+  logit, y: the target heat), the logs taken as log-sigmoids so no clamp is needed;
+* plus, at each centre cell, ``0.1 x`` the L1 distance of the size and the L1 distance of the
+  offset (CenterNet's weights);
+* divided by the count of face centres on the image's map (at least 1).
+
+CenterNet divides the batch's sum by the batch's face count instead; that mean differs
+between one device's batch and N devices' shards of it, so no data-parallel run would compute
+one device's step. Per image, N ranks' mean of means is the global one.
+
+Evaluation: each rank decodes its images' top-K predictions (parbench.contract.detection) and
+scores them against the boxes (parbench.contract.boxes); the predictions with their outcomes
+go into their image's place of one vector, which ranks sum, so every rank ends with every
+image's predictions, from which the scores are computed once. The test rows are the in-domain
+validation split, then the shifted one (``shifted`` in the figures' names), when the dataset
+has one. The record's ``accuracy`` (every task's evaluations carry one) is the in-domain F1 at
+the score threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from parbench.base.options import ACCURACY, POSITIVE, Bounds, Option
+
+from . import boxes as scoring
+from .coco import load_coco
+from .data import Dataset
+from .detection import NO_PREDICTION, TOP_K, decode, unpack
+from .faces import load_faces
+from .task import Quality, Target, Task
+
+DETECTION_MODELS = ("centernet", "centernet-nonorm")
+SPLITS = {"val": "", "shifted": "_shifted"}  # a figure's name: its metric, size, split
+SIZES = {"all": "", "small": "_small", "large": "_large"}
+FIGURES = ("f1", "precision", "recall", "ap50")
+PREDICTION_FIELDS = 5 + len(SIZES)  # x, y, w, h, score, then the outcome per size range
+THRESHOLD = Bounds(0, 1, low_open=True, high_open=True)
+
+
+def figure_key(metric: str, size: str, split: str) -> str:
+    """The evaluation's key of one figure: ``recall_small_shifted``, ``f1`` (overall,
+    in-domain)."""
+    return f"{metric}{SIZES[size]}{SPLITS[split]}"
+
+
+FIGURE_KEYS = tuple(figure_key(metric, size, split) for split in SPLITS for size in SIZES
+                    for metric in FIGURES)
+
+
+def _quality() -> tuple[Quality, ...]:
+    labels = {"precision": "P", "recall": "R", "f1": "F1", "ap50": "AP50"}
+    return tuple(Quality(f"{labels[metric]} {size}{' shifted' if split == 'shifted' else ''}",
+                         figure_key(metric, size, split), "fraction", "higher",
+                         judged=metric != "ap50")
+                 for split in SPLITS for size in SIZES for metric in FIGURES) + (
+        Quality("loss", "final_loss", "per image", "lower"),)
+
+
+@dataclass(frozen=True)
+class ObjectDetection(Task):
+    """Faces (one class) found in images; ``val_images`` and ``shifted_images`` test rows,
+    scored at ``score_threshold`` and ``iou_threshold``."""
+
+    val_images: int = 0
+    shifted_images: int = 0
+    score_threshold: float = 0.3
+    iou_threshold: float = 0.5
+    name: ClassVar[str] = "object-detection"
+    datasets: ClassVar[tuple[str, ...]] = ("faces", "coco")
+    data_kind: ClassVar[str] = "detection datasets"
+    dataset_notes: ClassVar[dict[str, str]] = {
+        "faces": "synthetic faces at two sizes, with a shifted-style split",
+        "coco": "COCO-style instances.json and images under --data-dir"}
+    data_paths: ClassVar[dict[str, str]] = {"coco": "folder"}
+    models: ClassVar[tuple[str, ...]] = DETECTION_MODELS
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("score_threshold", float, help="detection: the score a prediction needs to "
+               "count in precision, recall and F1 (0.3)", owner="task object-detection",
+               bounds=THRESHOLD, inputs=True),
+        Option("iou_threshold", float, help="detection: the overlap (IoU) a prediction needs to "
+               "match a true box (0.5)", owner="task object-detection", bounds=THRESHOLD,
+               inputs=True))
+    inputs: ClassVar[str] = "images, NCHW float32"
+    labels: ClassVar[str] = ("CenterNet maps and packed boxes, float32 [rows, 7, H/4, W/4] "
+                             "(parbench.contract.detection)")
+    loss: ClassVar[str] = ("CenterNet's focal loss on the heat map plus 0.1 x L1 size and L1 "
+                           "offset at the centres, over the image's face centres, mean over images")
+    unit: ClassVar[str] = "samples"
+    per_device_throughput: ClassVar[bool] = False
+    quality: ClassVar[tuple[Quality, ...]] = _quality()
+    quality_note: ClassVar[str] = (
+        "P, R, F1: precision, recall and F1 of the predictions scoring at least the score "
+        "threshold, matched at IoU 0.5 (COCO's greedy matching); AP50: COCO's 101-point AP at "
+        "IoU 0.5; small: boxes of at most 12x12 px, large: above (COCO's ranges scaled to "
+        "64-pixel images); shifted: the validation split in another style.")
+    record_fields: ClassVar[tuple[str, ...]] = FIGURE_KEYS
+    record_since: ClassVar[int] = 13
+    final_fields: ClassVar[tuple[str, ...]] = FIGURE_KEYS
+    curve_fields: ClassVar[tuple[str, ...]] = ("f1", "precision", "recall", "ap50",
+                                               "recall_small", "recall_large")
+    probe_input: ClassVar[tuple[int, ...]] = (3, 16, 16)
+    default_dataset: ClassVar[str] = "faces"
+    default_optimizer: ClassVar[str] = "adamw"
+    curve_metric: ClassVar[tuple[str, str]] = ("f1", "F1, in-domain")
+    curve_by_items: ClassVar[bool] = False
+    targets: ClassVar[tuple[Target, ...]] = (
+        Target("f1", "higher", ACCURACY, "F1, in-domain"),
+        Target("recall_large", "higher", ACCURACY, "recall of large faces, in-domain"),
+        Target("ap50", "higher", ACCURACY, "AP50, in-domain"),
+        Target("loss", "lower", POSITIVE, "per validation image"))
+
+    @classmethod
+    def load(cls, dataset: str, data_dir: Path | None, options: dict) -> Dataset:
+        data = load_faces() if dataset == "faces" else load_coco(data_dir)
+        data.holds.update({key: options[key] for key in ("score_threshold", "iou_threshold")
+                           if options.get(key) is not None})
+        return data
+
+    @classmethod
+    def from_data(cls, dataset: Dataset) -> ObjectDetection:
+        given = {key: dataset.holds[key] for key in ("score_threshold", "iou_threshold")
+                 if key in dataset.holds}
+        return cls(dataset.holds["classes"], dataset.holds["val_images"],
+                   dataset.holds["shifted_images"], **given)
+
+    def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.normal(0, 1, (rows, *self.probe_input)).astype(np.float32)
+
+    @property
+    def _test_images(self) -> int:
+        return self.val_images + self.shifted_images
+
+    def eval_counts(self, labels: np.ndarray, outputs: np.ndarray,
+                    loss_sum: float) -> np.ndarray:
+        """Every image's top-K predictions with their outcome per size range, in its place,
+        then the true boxes per split and size, then rows and the loss sum."""
+        predictions = np.zeros((self._test_images, TOP_K, PREDICTION_FIELDS))
+        truths = np.zeros((len(SPLITS), len(SIZES)))
+        if len(labels):
+            for image_labels, found in zip(labels, decode(outputs, TOP_K)):
+                index, truth = unpack(image_labels)
+                kept = found[:, 4] != NO_PREDICTION
+                predictions[index, :, :5] = found
+                for column, size_range in enumerate(scoring.SIZE_RANGES.values()):
+                    predictions[index, kept, 5 + column] = scoring.match_image(
+                        found[kept, :4], truth, size_range, self.iou_threshold)
+                    truths[int(index >= self.val_images), column] += scoring.counted_truths(
+                        truth, size_range)
+        return np.concatenate([predictions.ravel(), truths.ravel(), [len(labels), loss_sum]])
+
+    def eval_scores(self, totals: np.ndarray) -> dict:
+        predictions = totals[:-2 - truths_size()].reshape(self._test_images, TOP_K,
+                                                           PREDICTION_FIELDS)
+        truths = totals[-2 - truths_size():-2].reshape(len(SPLITS), len(SIZES))
+        rows = int(round(totals[-2]))
+        figures: dict = {}
+        for s, (split, images) in enumerate(zip(SPLITS, (slice(0, self.val_images),
+                                                         slice(self.val_images, None)))):
+            found = predictions[images].reshape(-1, PREDICTION_FIELDS)
+            found = found[found[:, 4] != NO_PREDICTION]
+            for column, size in enumerate(SIZES):
+                scored = scoring.score(found[:, 4], np.rint(found[:, 5 + column]),
+                                       int(round(truths[s, column])), self.score_threshold)
+                for metric in FIGURES:
+                    missing = split == "shifted" and not self.shifted_images
+                    figures[figure_key(metric, size, split)] = (
+                        None if missing else getattr(scored, metric))
+        return {"accuracy": figures["f1"], "loss": float(totals[-1]) / rows, "count": rows,
+                **figures}
+
+
+def truths_size() -> int:
+    return len(SPLITS) * len(SIZES)
