@@ -145,7 +145,7 @@ def test_gpt_defaults_to_the_synthetic_language_and_adamw():
 
 
 @pytest.mark.parametrize("values,fragment", [
-    (dict(model="gpt", dataset="synthetic"), "--model gpt is a language-modeling model"),
+    (dict(model="gpt", dataset="synthetic"), "--model gpt is a model of language-modeling"),
     (dict(model="vit", dataset="markov"), "--dataset markov is not image-classification"),
     (dict(model="gpt", dataset="text"), "--dataset text needs --data-dir PATH"),
     (dict(model="gpt", dataset="text", data_dir="/"), "--data-dir / does not exist or is not a "

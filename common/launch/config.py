@@ -97,8 +97,9 @@ def _check_choices(cfg: RunConfig) -> None:
     model's sizes make a model, before any data is read."""
     task = task_of_model(cfg.model)
     if task is not task_of_dataset(cfg.dataset):
-        raise UsageError(f"--model {cfg.model} is a {task.name} model; --dataset {cfg.dataset} "
-                         f"is not {task.name} data (its datasets: {', '.join(task.datasets)})")
+        raise UsageError(f"--model {cfg.model} is a model of {task.name}; --dataset "
+                         f"{cfg.dataset} is not {task.name} data (its datasets: "
+                         f"{', '.join(task.datasets)})")
     _check_owned_options(cfg, task)
     _check_data_path(cfg, task)
     if cfg.model_sizes():  # sizes of another model, or that make none, before any data
