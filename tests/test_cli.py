@@ -186,7 +186,8 @@ def resolved(*argv: str):
     (["--target-metric", "loss"],
      "--target-metric loss names what --target is of; give --target VALUE too"),
     (["--target-metric", "bleu"],
-     "--target-metric 'bleu' is not one of accuracy, loss, perplexity, f1, recall_large, ap50"),
+     "--target-metric 'bleu' is not one of accuracy, loss, perplexity, f1_all, recall_large, "
+     "ap50_all"),
     (["--eval-every", "0"], "--eval-every must be at least 1, got 0"),
     (["--steps", "10", "--eval-every", "11"],
      "--eval-every 11 exceeds the run's 10 steps: it would evaluate only at the end"),

@@ -7,6 +7,8 @@ and the FAMILIES there)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -32,7 +34,8 @@ def resolved(*argv: str):
 @pytest.mark.parametrize("argv,line", [
     (["--model", "centernet", "--score-threshold", "0"],
      "--score-threshold must be in (0, 1), got 0.0"),
-    (["--model", "centernet", "--iou-threshold", "1"], "--iou-threshold must be in (0, 1), got 1.0"),
+    (["--model", "centernet", "--iou-threshold", "1"],
+     "--iou-threshold must be in (0, 1), got 1.0"),
     (["--model", "centernet", "--iou-threshold", "nan"],
      "--iou-threshold must be a finite number, got nan"),
     (["--model", "resnet", "--score-threshold", "0.5"],
@@ -139,7 +142,7 @@ def test_ranks_gather_every_images_predictions_into_one_evaluation():
     parts = sum(task.eval_counts(labels[part], noisy[part], 2.0)
                 for part in (slice(0, 100), slice(100, 377), slice(377, None)))
     assert task.eval_scores(parts) == whole
-    assert 0 < whole["f1"] < 1 and 0 < whole["recall_small_shifted"] < 1
+    assert 0 < whole["f1_all"] < 1 and 0 < whole["recall_small_shifted"] < 1
     best = task.eval_scores(task.eval_counts(labels, perfect, 0.0))
     assert all(best[key] == 1.0 for key in FIGURE_KEYS)
     assert best["count"] == len(labels) == data.holds["val_images"] * 2
@@ -164,11 +167,27 @@ def test_a_detector_run_records_every_figure_and_learns(tmp_path_factory):
     metrics = record["metrics"]
     assert record["task"] == "object-detection" and record["schema_version"] == 13
     assert all(0 <= metrics[key] <= 1 for key in FIGURE_KEYS)
-    assert metrics["final_accuracy"] == metrics["f1"]
+    assert metrics["final_accuracy"] == metrics["f1_all"]
     assert metrics["recall_large"] > 0.3 and metrics["recall_large"] > metrics["recall_small"]
     curve = metrics["accuracy_curve"]
     assert [e["step"] for e in curve] == [12, 24] and "recall_large" in curve[0]
     assert metrics["loss_curve"][-1] < metrics["loss_curve"][0]
+
+
+@pytest.mark.slow
+@needs("torch")
+def test_the_csv_keeps_the_compute_precision_apart_from_the_detection_figures(
+        tmp_path_factory, tmp_path):
+    """The tidy CSV's ``precision`` is the run's compute precision; the detection figures are
+    ``precision_all`` and the like (a figure named ``precision`` overwrote it once)."""
+    record = detector_run(tmp_path_factory)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "record.json").write_text(json.dumps(record))
+    done = parbench("report", str(tmp_path / "runs"), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    (row,) = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert row["precision"] == "fp32"
+    assert float(row["precision_all"]) == pytest.approx(record["metrics"]["precision_all"])
 
 
 @pytest.mark.slow

@@ -44,15 +44,16 @@ from .task import Quality, Target, Task
 
 DETECTION_MODELS = ("centernet", "centernet-nonorm")
 SPLITS = {"val": "", "shifted": "_shifted"}  # a figure's name: its metric, size, split
-SIZES = {"all": "", "small": "_small", "large": "_large"}
+SIZES = {"all": "_all", "small": "_small", "large": "_large"}
 FIGURES = ("f1", "precision", "recall", "ap50")
 PREDICTION_FIELDS = 5 + len(SIZES)  # x, y, w, h, score, then the outcome per size range
 THRESHOLD = Bounds(0, 1, low_open=True, high_open=True)
 
 
 def figure_key(metric: str, size: str, split: str) -> str:
-    """The evaluation's key of one figure: ``recall_small_shifted``, ``f1`` (overall,
-    in-domain)."""
+    """The evaluation's key of one figure: ``recall_small_shifted``, ``f1_all`` (overall,
+    in-domain). The size is always named: a bare ``precision`` would read as the compute
+    precision (fp32, bf16) beside it in the CSV."""
     return f"{metric}{SIZES[size]}{SPLITS[split]}"
 
 
@@ -109,17 +110,17 @@ class ObjectDetection(Task):
     record_fields: ClassVar[tuple[str, ...]] = FIGURE_KEYS
     record_since: ClassVar[int] = 13
     final_fields: ClassVar[tuple[str, ...]] = FIGURE_KEYS
-    curve_fields: ClassVar[tuple[str, ...]] = ("f1", "precision", "recall", "ap50",
-                                               "recall_small", "recall_large")
+    curve_fields: ClassVar[tuple[str, ...]] = ("f1_all", "precision_all", "recall_all",
+                                               "ap50_all", "recall_small", "recall_large")
     probe_input: ClassVar[tuple[int, ...]] = (3, 16, 16)
     default_dataset: ClassVar[str] = "faces"
     default_optimizer: ClassVar[str] = "adamw"
-    curve_metric: ClassVar[tuple[str, str]] = ("f1", "F1, in-domain")
+    curve_metric: ClassVar[tuple[str, str]] = ("f1_all", "F1, in-domain")
     curve_by_items: ClassVar[bool] = False
     targets: ClassVar[tuple[Target, ...]] = (
-        Target("f1", "higher", ACCURACY, "F1, in-domain"),
+        Target("f1_all", "higher", ACCURACY, "F1, in-domain"),
         Target("recall_large", "higher", ACCURACY, "recall of large faces, in-domain"),
-        Target("ap50", "higher", ACCURACY, "AP50, in-domain"),
+        Target("ap50_all", "higher", ACCURACY, "AP50, in-domain"),
         Target("loss", "lower", POSITIVE, "per validation image"))
 
     @classmethod
@@ -178,7 +179,7 @@ class ObjectDetection(Task):
                     missing = split == "shifted" and not self.shifted_images
                     figures[figure_key(metric, size, split)] = (
                         None if missing else getattr(scored, metric))
-        return {"accuracy": figures["f1"], "loss": float(totals[-1]) / rows, "count": rows,
+        return {"accuracy": figures["f1_all"], "loss": float(totals[-1]) / rows, "count": rows,
                 **figures}
 
 

@@ -40,7 +40,7 @@ SCHEMA_VERSION = 13  # 2: variant, env.network_isolated, env.load_1m_start/_end,
 # 12: metrics.target (--target: the figure and value aimed at, whether and when it was
 # reached, in seconds from the first touch of training data, steps and samples or tokens; the
 # run stops there), each evaluation's wall_s on that clock, and no metrics.target_accuracy;
-# 13: task object-detection, whose metrics carry precision, recall, f1 and ap50, overall and
+# 13: task object-detection, whose metrics carry precision, recall, f1 and ap50, each _all,
 # _small and _large, in-domain and _shifted (null where the data has no shifted split).
 # Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
 # from the contract's arrays).
