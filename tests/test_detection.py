@@ -69,11 +69,13 @@ def test_the_coco_layout_reads_back_what_was_written(tmp_path):
     labels made from them are the drawn split's."""
     images, boxes = draw_split("val", 4)
     coco.write_split(tmp_path / "val", images, boxes)
-    read_images, read_boxes = coco.read_split(tmp_path / "val")
+    read_images, read_boxes, frames = coco.read_split(tmp_path / "val")
+    assert frames == [(index, 64, 64) for index in range(4)]
     assert np.array_equal(read_images, images)
     assert [b.tolist() for b in read_boxes] == [np.reshape(b, (-1, 4)).tolist() for b in boxes]
     notes = json.loads((tmp_path / "val" / "instances.json").read_text())
-    assert len(notes["annotations"]) == sum(map(len, boxes))
+    ids = [note["id"] for note in notes["annotations"]]
+    assert sorted(ids) == list(range(1, sum(map(len, boxes)) + 1))  # one each, none 0
 
 
 def test_a_bigger_image_is_resized_with_its_boxes(tmp_path):
@@ -86,7 +88,8 @@ def test_a_bigger_image_is_resized_with_its_boxes(tmp_path):
     (folder / "instances.json").write_text(json.dumps({
         "images": [{"id": 7, "file_name": "a.png", "width": 128, "height": 96}],
         "annotations": [{"id": 1, "image_id": 7, "bbox": [20, 30, 40, 24]}]}))
-    images, boxes = coco.read_split(folder)
+    images, boxes, frames = coco.read_split(folder)
+    assert frames == [(7, 128, 96)]
     assert images.shape == (1, 64, 64, 3) and images[0, 0, 0].tolist() == [200, 100, 50]
     assert boxes[0].tolist() == [[10.0, 20.0, 20.0, 16.0]]
 
@@ -148,12 +151,16 @@ def test_ranks_gather_every_images_predictions_into_one_evaluation():
     assert best["count"] == len(labels) == data.holds["val_images"] * 2
 
 
-def detector_run(tmp_path_factory) -> dict:
-    """torch-single, 24 AdamW steps of 64 faces images: the record every check below reads."""
-    def train() -> dict:
+def detector_run(tmp_path_factory) -> tuple[dict, dict[str, list]]:
+    """torch-single, 24 AdamW steps of 64 faces images: the record every check below reads,
+    and its predictions file of each split (--save-predictions)."""
+    def train() -> tuple[dict, dict[str, list]]:
         folder = tmp_path_factory.mktemp("detector")
-        return run_ok(folder, "torch-single", "--model", "centernet", "--steps", "24",
-                      "--global-batch", "64", "--eval-every", "12")
+        record = run_ok(folder, "torch-single", "--model", "centernet", "--steps", "24",
+                        "--global-batch", "64", "--eval-every", "12", "--save-predictions",
+                        str(folder / "predictions.json"))
+        return record, {split: json.loads((folder / name).read_text()) for split, name in
+                        (("val", "predictions.json"), ("shifted", "predictions-shifted.json"))}
     return shared_result(tmp_path_factory, ("detector", "torch-single", 24), train)
 
 
@@ -163,7 +170,7 @@ def test_a_detector_run_records_every_figure_and_learns(tmp_path_factory):
     """Every figure per size and split, in [0, 1], in the record of schema 13; the model learns
     in 24 steps (the heat map's prior alone finds nothing above the threshold: every cell
     scores 0.1, below 0.3), large faces first."""
-    record = detector_run(tmp_path_factory)
+    record, _ = detector_run(tmp_path_factory)
     metrics = record["metrics"]
     assert record["task"] == "object-detection" and record["schema_version"] == 13
     assert all(0 <= metrics[key] <= 1 for key in FIGURE_KEYS)
@@ -180,7 +187,7 @@ def test_the_csv_keeps_the_compute_precision_apart_from_the_detection_figures(
         tmp_path_factory, tmp_path):
     """The tidy CSV's ``precision`` is the run's compute precision; the detection figures are
     ``precision_all`` and the like (a figure named ``precision`` overwrote it once)."""
-    record = detector_run(tmp_path_factory)
+    record, _ = detector_run(tmp_path_factory)
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "record.json").write_text(json.dumps(record))
     done = parbench("report", str(tmp_path / "runs"), "--format", "csv")
@@ -203,3 +210,33 @@ def test_data_export_writes_the_faces_that_coco_reads_back(tmp_path):
     again = parbench("data", "export", "faces", str(tmp_path / "faces"))
     assert again.returncode == 2 and "exists and is not an empty folder" in again.stderr
     assert records_in(tmp_path) == []
+
+
+@pytest.mark.slow
+@needs("torch")
+def test_pycocotools_scores_the_saved_predictions_as_the_record_does(tmp_path_factory, tmp_path):
+    """The predictions file of each split, scored by pycocotools against that split in the
+    COCO layout ('data export' writes the same), gives the record's overall AP50."""
+    pytest.importorskip("pycocotools")
+    from test_detection_metrics import coco_evaluation
+
+    record, predictions = detector_run(tmp_path_factory)
+    for split, suffix in (("val", ""), ("shifted", "_shifted")):
+        images, boxes = draw_split(split)
+        coco.write_split(tmp_path / split, images, boxes)
+        assert {p["image_id"] for p in predictions[split]} <= set(range(len(images)))
+        found = coco_evaluation(tmp_path / split / "instances.json", predictions[split])
+        assert found == pytest.approx(record["metrics"][f"ap50_all{suffix}"], abs=1e-12)
+
+
+def test_save_predictions_is_refused_where_there_are_none(tmp_path):
+    done = parbench("run", "torch-single", "--model", "mlp", "--steps", "1", "--out",
+                    str(tmp_path / "out"), "--save-predictions", str(tmp_path / "p.json"))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "parbench: error: --save-predictions: image-classification writes no predictions (a "
+        "detection model does)"]
+    refused = parbench("compare", "torch-single", "--save-predictions", str(tmp_path / "p.json"),
+                       "--out", str(tmp_path / "out"))
+    assert refused.returncode == 2 and "--save-predictions is for 'parbench run'" in refused.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "p.json").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,10 +31,9 @@ def random_image(rng: np.random.Generator, truths: int, predictions: int):
     return truth, predicted[order], scores[order]
 
 
-def coco_ap50(images) -> list[float]:
+def coco_ap50(images) -> list[float | None]:
     """pycocotools' AP at IoU 0.5 for the ranges all, small, large."""
     from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
 
     annotations, results = [], []
     for image_id, (truth, predicted, scores) in enumerate(images):
@@ -48,6 +48,22 @@ def coco_ap50(images) -> list[float]:
                          "annotations": annotations, "categories": [{"id": 1, "name": "face"}]}
     with contextlib.redirect_stdout(io.StringIO()):
         truth_api.createIndex()
+    return ap50_per_range(truth_api, results)
+
+
+def coco_evaluation(instances: Path, results: list[dict]) -> float:
+    """pycocotools' overall AP at IoU 0.5 of ``results`` against an instances.json."""
+    from pycocotools.coco import COCO
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        truth_api = COCO(str(instances))
+    return ap50_per_range(truth_api, results)[0]
+
+
+def ap50_per_range(truth_api, results: list[dict]) -> list[float | None]:
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):
         evaluation = COCOeval(truth_api, truth_api.loadRes(results), "bbox")
         evaluation.params.iouThrs = np.array([0.5])
         evaluation.params.maxDets = [detection.TOP_K]

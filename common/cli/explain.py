@@ -28,7 +28,7 @@ from parbench.run.modes import MODES, Modes
 from parbench.run.registry import BACKENDS
 
 from .explain_table import explain_lines, explain_table
-from .run_command import add_run_options, config_from_args
+from .run_command import add_run_options, config_from_args, refuse_kept_files
 
 
 @dataclass
@@ -93,8 +93,7 @@ def _ablation(args: argparse.Namespace) -> Ablation:
     _check_backend(args.backend)
     devices = _count(args.device_count, "--devices", 2)
     seeds = _count(args.seeds, "--seeds", MIN_SEEDS)
-    if args.save_weights:
-        raise UsageError("--save-weights is for 'parbench run': explain keeps no weights")
+    refuse_kept_files(args, "explain")
     given = replace(config_from_args(args), devices=devices)
     for wrong, why in ((given.repeats != 1, "explain runs each seed once; give --seeds "
                         "instead of --repeats"),

@@ -35,7 +35,7 @@ from parbench.contract.spec import spec_dict
 from parbench.contract.tasks import task_of_model
 from parbench.contract.weights import initial_weights, load_weights, save_weights
 from parbench.launch.config import RunConfig
-from parbench.launch.harness import prepare, run_once
+from parbench.launch.harness import Keep, prepare, run_once
 from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 
 FORWARD_TOLERANCE = 1e-5  # max |diff| / max |torch value|, fp32
@@ -184,7 +184,7 @@ def run_trajectory(backend: str, folder: Path, steps: int = 10, family: str = "r
     folder.mkdir(parents=True, exist_ok=True)
     with private_tempdir("parbench-parity-") as shared:
         prepared = prepare(cfg, Path(shared))
-        record = run_once(prepared, 0, save_weights_to=folder / f"{backend}.npz").record
+        record = run_once(prepared, 0, Keep(weights=folder / f"{backend}.npz")).record
     if record["status"] != "ok":
         raise RuntimeError(f"{backend} trajectory run {record['status']}:\n{record['error']}")
     return record, load_weights(folder / f"{backend}.npz")

@@ -17,7 +17,7 @@ from parbench.base.errors import UsageError
 from parbench.base.files import private_tempdir, write_atomic
 from parbench.base.options import add_flags
 from parbench.launch.checkin import NodeFailure
-from parbench.launch.harness import Prepared, execute, prepare, run_once
+from parbench.launch.harness import Keep, Prepared, execute, prepare, run_once
 from parbench.launch.options import NODES, OPTIONS, RunConfig, read_config_file
 from parbench.launch.slurm import DEFAULT_MASTER_PORT, slurm_node
 from parbench.results.records import probe_file, probe_folder, save_record
@@ -35,6 +35,10 @@ def add_run_options(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--save-weights", metavar="FILE.npz",
                         help="also write the final weights (canonical layout) of the last "
                         "repeat here")
+    parser.add_argument("--save-predictions", metavar="FILE.json",
+                        help="detection: also write the last repeat's final predictions in "
+                        "COCO's results format here (the in-domain split; the shifted one "
+                        "beside it as FILE-shifted.json)")
     modes = parser.add_argument_group("run modes", "how a backend computes and what makes N "
                                       "devices train like one (parbench.run.modes)")
     for mode in MODES.values():
@@ -81,15 +85,18 @@ def _apply_slurm(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     _apply_slurm(args)
     cfg = config_from_args(args)
-    save_to = Path(args.save_weights) if args.save_weights else None
+    keep = Keep(*(Path(path) if path else None
+                  for path in (args.save_weights, args.save_predictions)))
     with private_tempdir("parbench-inputs-") as shared:
         prepared = prepare(cfg, Path(shared))
         if prepared.plan.nodes and prepared.plan.nodes.node_rank:
             return _run_node_parts(prepared)
+        if keep.predictions is not None and prepared.task.prediction_format is None:
+            raise UsageError(f"--save-predictions: {prepared.task.name} writes no predictions "
+                             "(a detection model does)")
         probe_folder(Path(cfg.out), "--out")
-        if save_to is not None:
-            probe_file(save_to, "--save-weights")
-        records, unsaved = _run_repeats(prepared, save_to)
+        _probe_kept_files(keep)
+        records, unsaved = _run_repeats(prepared, keep)
     print(render(records))
     for hint in _unmeasured_peaks(records):
         print(hint, file=sys.stderr)
@@ -110,12 +117,30 @@ def _unmeasured_peaks(records: list[dict]) -> list[str]:
             f"--threads {threads}' measures it)" for framework, version, dtype, threads in missing]
 
 
-def _run_repeats(prepared: Prepared, save_to: Path | None) -> tuple[list[dict], list[str]]:
+def refuse_kept_files(args: argparse.Namespace, command: str) -> None:
+    """--save-weights and --save-predictions are for 'parbench run': UsageError elsewhere."""
+    for flag, given in (("--save-weights", args.save_weights),
+                        ("--save-predictions", args.save_predictions)):
+        if given:
+            raise UsageError(f"{flag} is for 'parbench run': {command} keeps no files of its "
+                             "runs but their records")
+
+
+def _probe_kept_files(keep: Keep) -> None:
+    """Each file asked for can be written."""
+    if keep.weights is not None:
+        probe_file(keep.weights, "--save-weights")
+    if keep.predictions is not None:
+        for path in keep.prediction_files(("val", "shifted")).values():
+            probe_file(path, "--save-predictions")
+
+
+def _run_repeats(prepared: Prepared, keep: Keep) -> tuple[list[dict], list[str]]:
     """Every repeat's record, saved; (records, what could not be saved where asked)."""
     cfg, records, unsaved = prepared.cfg, [], []
     for repeat in range(cfg.repeats):
         last = repeat == cfg.repeats - 1
-        outcome = run_once(prepared, repeat, save_to if last else None)
+        outcome = run_once(prepared, repeat, keep if last else Keep())
         record = outcome.record
         path, problem = save_record(Path(cfg.out), record)
         print(f"{record['status']}: {path}", file=sys.stderr)

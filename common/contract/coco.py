@@ -23,6 +23,7 @@ from .detection import detection_dataset
 from .faces import IMAGE_SIZE
 
 SPLITS = ("train", "val", "shifted")
+Frame = tuple[int, int, int]  # an image's id, width and height in its instances.json
 CATEGORY = {"id": 1, "name": "face"}
 
 
@@ -64,15 +65,17 @@ def _boxes(data: dict, path: Path, sizes: dict[int, tuple[int, int]]) -> dict[in
     return found
 
 
-def read_split(folder: Path) -> tuple[np.ndarray, list[np.ndarray]]:
-    """A split's images (uint8 [n, 64, 64, 3]) and boxes (scaled to 64x64), in image order."""
+def read_split(folder: Path) -> tuple[np.ndarray, list[np.ndarray], list[Frame]]:
+    """A split's images (uint8 [n, 64, 64, 3]), boxes (scaled to 64x64) and frames (each
+    image's id, width and height in its file, which predictions are scaled back to), in image
+    order."""
     from PIL import Image, UnidentifiedImageError
 
     path = folder / "instances.json"
     data = _instances(path)
     sizes = {image["id"]: (image["width"], image["height"]) for image in data["images"]}
     boxes = _boxes(data, path, sizes)
-    images, scaled = [], []
+    images, scaled, frames = [], [], []
     for image in data["images"]:
         file = folder / "images" / image["file_name"]
         try:
@@ -87,9 +90,10 @@ def read_split(folder: Path) -> tuple[np.ndarray, list[np.ndarray]]:
         images.append(np.asarray(pixels.resize((IMAGE_SIZE, IMAGE_SIZE),
                                                Image.Resampling.BILINEAR)))
         scaled.append(np.asarray(boxes[image["id"]], np.float64).reshape(-1, 4) * scale)
+        frames.append((image["id"], *pixels.size))
     if not images:
         raise DatasetError(f"{path}: no images")
-    return np.stack(images), scaled
+    return np.stack(images), scaled, frames
 
 
 def write_split(folder: Path, images: np.ndarray, boxes: list) -> None:
@@ -104,9 +108,10 @@ def write_split(folder: Path, images: np.ndarray, boxes: list) -> None:
         Image.fromarray(pixels).save(folder / "images" / name)
         records.append({"id": index, "file_name": name, "width": int(pixels.shape[1]),
                         "height": int(pixels.shape[0])})
-        notes += [{"id": len(notes) + 1, "image_id": index, "category_id": CATEGORY["id"],
-                   "bbox": [float(v) for v in box], "area": float(box[2] * box[3]),
-                   "iscrowd": 0} for box in image_boxes]
+        for box in image_boxes:  # ids from 1: COCO tools read an id of 0 as "no match"
+            notes.append({"id": len(notes) + 1, "image_id": index,
+                          "category_id": CATEGORY["id"], "bbox": [float(v) for v in box],
+                          "area": float(box[2] * box[3]), "iscrowd": 0})
     write_atomic(folder / "instances.json", json.dumps(
         {"info": {"description": "parbench detection data"}, "images": records,
          "annotations": notes, "categories": [CATEGORY]}).encode())

@@ -37,7 +37,7 @@ class Dataset:
     # dataset's "vocabulary" and, where known, its "loss_floor": the lowest expected validation
     # loss any model can reach, nats per token). The task reads it (Task.from_data); not
     # saved: workers get the task itself through the job file.
-    holds: dict[str, int | float | None] = field(default_factory=dict)
+    holds: dict[str, object] = field(default_factory=dict)
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -121,18 +121,20 @@ def decode(outputs: np.ndarray, top_k: int = TOP_K) -> np.ndarray:
     return boxes
 
 
-def detection_dataset(name: str, splits: dict[str, tuple[np.ndarray, list]]) -> Dataset:
-    """A detection Dataset from its splits' uint8 HWC images and boxes: ``train``, ``val`` and
-    optionally ``shifted``. The test rows are ``val`` then ``shifted``, indexed in that order;
-    images standardised per channel with the training split's statistics, as every image
-    dataset here."""
-    train_images, train_boxes = splits["train"]
+def detection_dataset(name: str, splits: dict[str, tuple[np.ndarray, list, list]]) -> Dataset:
+    """A detection Dataset from its splits' uint8 HWC images, boxes and frames (each image's
+    id, width and height in its source): ``train``, ``val`` and optionally ``shifted``. The
+    test rows are ``val`` then ``shifted``, indexed in that order; images standardised per
+    channel with the training split's statistics, as every image dataset here."""
+    train_images, train_boxes, _ = splits["train"]
     tests = [splits[split] for split in ("val", "shifted") if split in splits]
-    test_images = np.concatenate([images for images, _ in tests])
-    test_boxes = [boxes for _, boxes in tests for boxes in boxes]
+    test_images = np.concatenate([images for images, _, _ in tests])
+    test_boxes = [boxes for _, boxes, _ in tests for boxes in boxes]
     side = train_images.shape[1]
     x_train, x_test = standardise(train_images.transpose(0, 3, 1, 2).astype(np.float32),
                                   test_images.transpose(0, 3, 1, 2).astype(np.float32))
     return Dataset(name, x_train, encode(train_boxes, side), x_test, encode(test_boxes, side),
                    {"classes": 1, "val_images": len(tests[0][0]),
-                    "shifted_images": len(tests[1][0]) if len(tests) > 1 else 0})
+                    "shifted_images": len(tests[1][0]) if len(tests) > 1 else 0,
+                    "test_frames": tuple(tuple(frame) for _, _, frames in tests
+                                         for frame in frames)})

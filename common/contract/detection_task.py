@@ -39,7 +39,7 @@ from . import boxes as scoring
 from .coco import load_coco
 from .data import Dataset
 from .detection import NO_PREDICTION, TOP_K, decode, unpack
-from .faces import load_faces
+from .faces import IMAGE_SIZE, load_faces
 from .task import Quality, Target, Task
 
 DETECTION_MODELS = ("centernet", "centernet-nonorm")
@@ -73,12 +73,14 @@ def _quality() -> tuple[Quality, ...]:
 @dataclass(frozen=True)
 class ObjectDetection(Task):
     """Faces (one class) found in images; ``val_images`` and ``shifted_images`` test rows,
-    scored at ``score_threshold`` and ``iou_threshold``."""
+    scored at ``score_threshold`` and ``iou_threshold``; ``test_frames``: each test row's id,
+    width and height in its source, for its predictions in COCO's results format."""
 
     val_images: int = 0
     shifted_images: int = 0
     score_threshold: float = 0.3
     iou_threshold: float = 0.5
+    test_frames: tuple[tuple[int, int, int], ...] = ()
     name: ClassVar[str] = "object-detection"
     datasets: ClassVar[tuple[str, ...]] = ("faces", "coco")
     data_kind: ClassVar[str] = "detection datasets"
@@ -117,6 +119,7 @@ class ObjectDetection(Task):
     default_optimizer: ClassVar[str] = "adamw"
     curve_metric: ClassVar[tuple[str, str]] = ("f1_all", "F1, in-domain")
     curve_by_items: ClassVar[bool] = False
+    prediction_format: ClassVar[str | None] = "COCO results JSON, one file per split"
     targets: ClassVar[tuple[Target, ...]] = (
         Target("f1_all", "higher", ACCURACY, "F1, in-domain"),
         Target("recall_large", "higher", ACCURACY, "recall of large faces, in-domain"),
@@ -135,7 +138,8 @@ class ObjectDetection(Task):
         given = {key: dataset.holds[key] for key in ("score_threshold", "iou_threshold")
                  if key in dataset.holds}
         return cls(dataset.holds["classes"], dataset.holds["val_images"],
-                   dataset.holds["shifted_images"], **given)
+                   dataset.holds["shifted_images"], test_frames=dataset.holds["test_frames"],
+                   **given)
 
     def probe_batch(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         return rng.normal(0, 1, (rows, *self.probe_input)).astype(np.float32)
@@ -162,10 +166,30 @@ class ObjectDetection(Task):
                         truth, size_range)
         return np.concatenate([predictions.ravel(), truths.ravel(), [len(labels), loss_sum]])
 
-    def eval_scores(self, totals: np.ndarray) -> dict:
+    def _gathered(self, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(every image's predictions [images, TOP_K, PREDICTION_FIELDS], the true boxes per
+        split and size) from the summed counts."""
         predictions = totals[:-2 - truths_size()].reshape(self._test_images, TOP_K,
                                                            PREDICTION_FIELDS)
-        truths = totals[-2 - truths_size():-2].reshape(len(SPLITS), len(SIZES))
+        return predictions, totals[-2 - truths_size():-2].reshape(len(SPLITS), len(SIZES))
+
+    def predictions(self, totals: np.ndarray) -> dict[str, list[dict]]:
+        """Each split's predictions in COCO's results format: image_id as its instances.json
+        names it, category 1, the box (x, y, w, h) scaled back to the image's own size, the
+        score; every kept prediction, best first per image (an AP over them is the record's)."""
+        predictions, _ = self._gathered(totals)
+        found: dict[str, list[dict]] = {split: [] for split in SPLITS}
+        for row, (image_id, width, height) in enumerate(self.test_frames):
+            split = "val" if row < self.val_images else "shifted"
+            scale = np.array([width, height, width, height]) / IMAGE_SIZE
+            found[split] += [{"image_id": image_id, "category_id": 1,
+                              "bbox": [float(v) for v in box[:4] * scale],
+                              "score": float(box[4])}
+                             for box in predictions[row] if box[4] != NO_PREDICTION]
+        return found if self.shifted_images else {"val": found["val"]}
+
+    def eval_scores(self, totals: np.ndarray) -> dict:
+        predictions, truths = self._gathered(totals)
         rows = int(round(totals[-2]))
         figures: dict = {}
         for s, (split, images) in enumerate(zip(SPLITS, (slice(0, self.val_images),

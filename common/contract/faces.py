@@ -167,4 +167,7 @@ def draw_split(split: str, images: int | None = None) -> tuple[np.ndarray, list[
 
 def load_faces() -> Dataset:
     """--dataset faces: every split drawn from its seed."""
-    return detection_dataset("faces", {split: draw_split(split) for split in SPLIT_SEEDS})
+    splits = {split: draw_split(split) for split in SPLIT_SEEDS}
+    return detection_dataset("faces", {
+        split: (images, boxes, [(index, IMAGE_SIZE, IMAGE_SIZE) for index in range(len(images))])
+        for split, (images, boxes) in splits.items()})

@@ -66,6 +66,8 @@ class Task(ABC):
     # its quality figures, the first the headline's; and how its own are made, for the notes
     quality: ClassVar[tuple[Quality, ...]]
     quality_note: ClassVar[str]
+    # what --save-predictions writes (Task.predictions); None: the task has no predictions
+    prediction_format: ClassVar[str | None] = None
     # the figures --target can be of, the first by default (see Target); none: no --target
     targets: ClassVar[tuple[Target, ...]] = ()
     # --preset NAME: option values (a model and its sizes, a batch) that a preset fills in
@@ -130,6 +132,11 @@ class Task(ABC):
 
     def unreachable(self, target: Target, value: float) -> str | None:
         """Why the data itself rules a target out (a loss below the data's floor), or None."""
+        return None
+
+    def predictions(self, totals: np.ndarray) -> dict[str, list[dict]] | None:
+        """Every test row's predictions from the counts summed over every rank, per split, in
+        a format other tools read (``--save-predictions``); None: the task has none to save."""
         return None
 
     def extra_metrics(self, final: dict) -> dict:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from parbench.base.errors import UsageError
-from parbench.base.files import private_tempdir
+from parbench.base.files import private_tempdir, write_atomic
 from parbench.base.ports import free_port
 from parbench.contract.batches import steps_per_epoch
 from parbench.contract.data import Dataset, DatasetError
@@ -20,7 +21,7 @@ from parbench.contract.tasks import Task, task_of_dataset, task_of_model
 from parbench.contract.weights import initial_weights, save_weights
 from parbench.results.metrics import divergence, warmup_steps
 from parbench.results.samples import input_metrics
-from parbench.run.job import Job
+from parbench.run.job import PREDICTIONS_FILE, Job
 from parbench.run.loop import RankLog
 from parbench.run.profiling import window
 from parbench.run.registry import LAUNCHERS
@@ -129,8 +130,32 @@ def _rank_logs(workdir: Path, ranks: range) -> list[RankLog] | None:
     return [RankLog(**json.loads(p.read_text())) for p in paths]
 
 
-def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None,
-         checked_in: CheckIn | None) -> Job:
+@dataclass(frozen=True)
+class Keep:
+    """What a run keeps beyond its record, and where (None: not kept): the final weights
+    (.npz), and the last evaluation's predictions (the task's format, Task.predictions), one
+    file per split: the in-domain split's at ``predictions``, another beside it as
+    ``<name>-<split><suffix>``."""
+
+    weights: Path | None = None
+    predictions: Path | None = None
+
+    def prediction_files(self, splits: Iterable[str]) -> dict[str, Path]:
+        path = self.predictions
+        return {split: path if split == "val" else
+                path.with_name(f"{path.stem}-{split}{path.suffix}") for split in splits}
+
+    def copy_from(self, workdir: Path) -> None:
+        """Into place from an ok run's folder: rank 0 wrote them there."""
+        if self.weights is not None:
+            shutil.copyfile(workdir / "final_weights.npz", self.weights)
+        if self.predictions is not None:
+            found = json.loads((workdir / PREDICTIONS_FILE).read_text())
+            for split, path in self.prediction_files(found).items():
+                write_atomic(path, json.dumps(found[split]).encode())
+
+
+def _job(prepared: Prepared, workdir: Path, keep: Keep, checked_in: CheckIn | None) -> Job:
     plan, cfg = prepared.plan, prepared.cfg
     return Job(backend=cfg.backend, launcher=plan.launcher, world_size=plan.world_size,
                threads=plan.threads, model=spec_dict(prepared.spec), dataset=cfg.dataset,
@@ -138,7 +163,8 @@ def _job(prepared: Prepared, workdir: Path, save_weights_to: Path | None,
                global_batch=plan.global_batch,
                total_steps=plan.total_steps, optimizer=asdict(plan.optimizer), seed=cfg.seed,
                workdir=str(workdir), shared=str(prepared.shared),
-               save_weights=save_weights_to is not None, verbose=cfg.verbose,
+               save_weights=keep.weights is not None,
+               save_predictions=keep.predictions is not None, verbose=cfg.verbose,
                profile_steps=_profile_steps(prepared), modes=plan.modes,
                epochs=plan.epochs, eval_every=plan.eval_every,
                target=cfg.target, target_metric=cfg.target_metric,
@@ -172,7 +198,7 @@ class Execution:
 
 
 def execute(prepared: Prepared, workdir: Path, repeat: int,
-            save_weights_to: Path | None = None) -> Execution:
+            keep: Keep = Keep()) -> Execution:
     """Run this node's part of one repeat in its own process tree. A multi-node run checks in
     with the other nodes first (NodeFailure on a member that cannot reach node 0; on node 0 a
     node that never came is a failed run) and decides its status with them at the end."""
@@ -185,7 +211,7 @@ def execute(prepared: Prepared, workdir: Path, repeat: int,
             raise
         return Execution("failed", str(err), None, launch, time.time() - launch,
                          load_env(before, LoadSample.now()), workdir)
-    job_path = _job(prepared, workdir, save_weights_to, checked_in).save()
+    job_path = _job(prepared, workdir, keep, checked_in).save()
     launcher = LAUNCHERS[plan.launcher]
     status, code = supervise(launcher.command(job_path, plan.devices_per_node, plan.nodes),
                              plan, prepared.cfg, workdir, link)
@@ -224,20 +250,19 @@ def _check_in(prepared: Prepared, repeat: int) -> tuple[Link | None, CheckIn | N
     return check_in(plan.nodes, comparable(prepared.cfg.as_dict(), derived), ports)
 
 
-def run_once(prepared: Prepared, repeat: int, save_weights_to: Path | None = None,
+def run_once(prepared: Prepared, repeat: int, keep: Keep = Keep(),
              sweep: dict | None = None) -> Outcome:
     """One repeat (on a multi-node run: node 0's part, recording every node's); always returns
     a record, ok or not, and a profiled ok run's profile document beside it. ``sweep``: the
     record's sweep block, where ``compare`` ran it as one round of a sweep."""
     plan = prepared.plan
     with private_tempdir("parbench-run-") as tmp:
-        run = execute(prepared, Path(tmp), repeat, save_weights_to)
+        run = execute(prepared, Path(tmp), repeat, keep)
         fed = None
         if run.status == "ok":  # read while the workers' files are still there
             fed = input_metrics(run.workdir, run.logs, plan.modes.input, prepared.cfg.seed,
                                 plan.global_batch, len(prepared.dataset.y_train))
-            if save_weights_to is not None:
-                shutil.copyfile(run.workdir / "final_weights.npz", save_weights_to)
+            keep.copy_from(run.workdir)
     return build(Parts(cfg=prepared.cfg, plan=plan, task=prepared.task, spec=prepared.spec,
                        spec_sha256=prepared.spec_sha256, variant=run_variant(plan),
                        repeat=repeat, run=run, fed=fed, sweep=sweep))

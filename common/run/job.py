@@ -15,6 +15,7 @@ from parbench.contract.tasks import TASKS, Task
 
 from .modes import Modes
 
+PREDICTIONS_FILE = "predictions.json"  # in the workdir: the last evaluation's predictions
 FAULT_ENV = "PARBENCH_TEST_FAULT"  # test-only: "crash|exit|hang|kill|stop:RANK:STEP" breaks a rank
 
 
@@ -35,6 +36,8 @@ class Job:
     workdir: str  # this run's folder: job.json, rank files, progress, launcher logs
     shared: str  # inputs shared by every run of a configuration: data/ and weights.npz
     save_weights: bool = False  # rank 0 exports final weights to workdir/final_weights.npz
+    # rank 0 writes each evaluation's predictions to workdir/PREDICTIONS_FILE, the last kept
+    save_predictions: bool = False
     profile_steps: list[int] | None = None  # --profile: [first, stop) of the profiled steps
     modes: Modes = Modes()
     epochs: int | None = None  # --epochs (None with --steps): passes of the run's feed

@@ -21,6 +21,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -35,7 +36,7 @@ from parbench.contract.weights import save_weights
 from .collect import collect_rank_files
 from .feeds import ArrayFeed, Feed, FeedLog, run_length
 from .footprint import Communication, StateBytes
-from .job import FAULT_ENV, Job, write_error
+from .job import FAULT_ENV, PREDICTIONS_FILE, Job, write_error
 from .modes import Observed, check_observed
 from .profiling import Session, StepProfiler
 
@@ -148,10 +149,12 @@ def inject_test_fault(rank: int, step: int) -> None:
 
 
 def evaluate_test_set(strategy: Strategy, data: Dataset, task: Task, step: int,
-                      train_s: float) -> dict:
+                      train_s: float, predictions_to: Path | None = None) -> dict:
     """The task's scores over the whole test set (for image classification: accuracy, loss, the
     confusion matrix and macro scores): each process scores its part, then the counts are
-    summed across processes and the scores computed from the sums."""
+    summed across processes and the scores computed from the sums. ``predictions_to``: where
+    this process writes the task's predictions of every test row (Task.predictions), which the
+    summed counts hold."""
     start = time.perf_counter()
     rows = eval_slice(len(data.y_test), strategy.num_processes, strategy.rank)
     counts = np.zeros(task.count_size)
@@ -161,6 +164,8 @@ def evaluate_test_set(strategy: Strategy, data: Dataset, task: Task, step: int,
         counts += task.eval_counts(labels, outputs, loss_sum)
     score_s = time.perf_counter() - start  # this rank alone: no collective yet
     totals = strategy.all_reduce_sum(counts)
+    if predictions_to is not None:
+        write_atomic(predictions_to, json.dumps(task.predictions(totals)).encode())
     return {"step": step + 1, **task.eval_scores(totals), "train_s": train_s,
             "eval_s": time.perf_counter() - start, "score_s": score_s}
 
@@ -189,7 +194,9 @@ class Evaluations:
         """Evaluate after step ``index`` into ``log``; whether the run's target is reached.
         Every process scores the same summed counts, and the processes still agree on the
         answer (any one reaching it stops all), so all of them stop after the same step."""
-        scores = evaluate_test_set(self.strategy, self.data, self.job.task, index, train_s)
+        keep = self.job.save_predictions and self.strategy.rank == 0
+        scores = evaluate_test_set(self.strategy, self.data, self.job.task, index, train_s,
+                                   self.job.path / PREDICTIONS_FILE if keep else None)
         reached = self.target is not None \
             and self.target.reached(scores[self.target.metric], self.job.target)
         if self.target is not None and self.strategy.num_processes > 1:
