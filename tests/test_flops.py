@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from parbench.contract.flops import (
     COUNTER_ROWS,
     Conv,
     ModelFlops,
+    centernet_head_convs,
     counter_input,
     model_flops,
     patch_conv,
@@ -32,6 +34,7 @@ from parbench.contract.flops import (
 )
 from parbench.contract.spec import (
     MODEL_NAMES,
+    CenterNetSpec,
     GPTSpec,
     MLPSpec,
     ResNetSpec,
@@ -64,6 +67,22 @@ def test_resnet_by_hand():
     assert flops.training_per_sample == 3 * 2 * 1192
     assert flops.training_computed_per_sample == 3 * 2 * 1192 - 2 * 288
     assert [c.output_size for c in resnet_convs(spec)] == [(4, 4), (2, 2), (2, 2), (2, 2)]
+
+
+def test_centernet_by_hand():
+    """Stem 3 -> 2 channels on 8x8, one block to 4 channels at stride 2 (a 1x1 projection),
+    then three heads of 3 hidden channels on the 4x4 map: heat (1 map), size and offset (2
+    each)."""
+    spec = CenterNetSpec((3, 8, 8), num_classes=1, stem_channels=2, stage_channels=(4,),
+                         stage_strides=(2,), head_channels=3)
+    stem = 8 * 8 * 2 * 3 * 9  # 3456
+    shortcut, conv1, conv2 = 4 * 4 * 4 * 2, 4 * 4 * 4 * 2 * 9, 4 * 4 * 4 * 4 * 9
+    hidden = 3 * (4 * 4 * 3 * 4 * 9)  # each head's 3x3 from the 4 backbone channels
+    out = 4 * 4 * 3 * (1 + 2 + 2)  # the 1x1 to each head's maps
+    assert model_flops(spec) == ModelFlops(
+        conv=MAC * (stem + shortcut + conv1 + conv2 + hidden + out), dense=0, attention=0,
+        first_layer=MAC * stem)
+    assert model_flops(replace(spec, norm=None)) == model_flops(spec)
 
 
 def test_one_convolution_counts_the_padding_taps():
@@ -278,10 +297,21 @@ def tf_conv_gradient(conv: Conv) -> float:
 
 
 def model_convs(model: str) -> list[Conv]:
-    """The model's convolutions: the ResNet's, the ViT's patch embedding."""
+    """The model's convolutions: the ResNet's, the detector's backbone and heads, the ViT's
+    patch embedding."""
     spec = SPECS[model]
+    if spec.kind == "centernet":
+        return resnet_convs(spec) + centernet_head_convs(spec)
     return resnet_convs(spec) if spec.kind == "resnet" else \
         [patch_conv(spec)] if spec.kind == "vit" else []
+
+
+def biased_convs(model: str) -> list[Conv]:
+    """The convolutions with a bias: every one of a model without norm and the ViT's patch
+    embedding; the detector's heads always."""
+    if model in ("resnet-nonorm", "vit", "centernet-nonorm"):
+        return model_convs(model)
+    return centernet_head_convs(SPECS[model]) if model == "centernet" else []
 
 
 def tf_tied_projection_surplus(model: str) -> int:
@@ -342,11 +372,10 @@ def test_paddle_counts_its_layers(counts):
     """paddle.flops' formulas count nn.Conv2D and nn.Linear in multiply-adds (half our FLOPs),
     a conv bias as one more per output element, and see no paddle.matmul outside a layer:
     neither attention nor the GPT's tied projection. So: half ours, plus the biased convs'
-    outputs (resnet-nonorm's every conv, the ViT's patches), less those products."""
+    outputs (biased_convs), less those products."""
     for model, counted in counts("paddle").items():
         ours, spec = OURS[model], SPECS[model]
-        biased = model_convs(model) if model in ("resnet-nonorm", "vit") else []
-        bias_adds = sum(conv.c_out * np.prod(conv.output_size) for conv in biased)
+        bias_adds = sum(conv.c_out * np.prod(conv.output_size) for conv in biased_convs(model))
         unseen = ours.attention + (MAC * spec.context * spec.width * spec.vocab
                                    if model == "gpt" else 0)
         assert counted["forward"] == (ours.forward_per_sample - unseen) / MAC + bias_adds, model

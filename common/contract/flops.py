@@ -178,14 +178,18 @@ def _gpt(spec: GPTSpec) -> ModelFlops:
                   items_per_sample=spec.context)
 
 
+def centernet_head_convs(spec: CenterNetSpec) -> list[Conv]:
+    """Each head's 3x3 and 1x1 convolutions on the backbone's stride-4 map, in head order."""
+    size = resnet_convs(spec)[-1].output_size
+    return [conv for _, maps in spec.heads
+            for conv in (Conv(spec.stage_channels[-1], spec.head_channels, 3, 1, 1, size),
+                         Conv(spec.head_channels, maps, 1, 1, 0, size))]
+
+
 def _centernet(spec: CenterNetSpec) -> ModelFlops:
-    """The backbone's convolutions, then each head's 3x3 and 1x1 convolutions at stride 4."""
-    convs = resnet_convs(spec)
-    size = convs[-1].output_size
-    heads = [conv for _, maps in spec.heads
-             for conv in (Conv(spec.stage_channels[-1], spec.head_channels, 3, 1, 1, size),
-                          Conv(spec.head_channels, maps, 1, 1, 0, size))]
-    return _flops(conv=sum(conv.multiply_adds for conv in convs + heads),
+    """The backbone's convolutions, then the heads'. No dense layer, no pooling."""
+    convs = resnet_convs(spec) + centernet_head_convs(spec)
+    return _flops(conv=sum(conv.multiply_adds for conv in convs),
                   first_layer=convs[0].multiply_adds)
 
 

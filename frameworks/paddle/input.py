@@ -34,7 +34,8 @@ class IndexedRows(paddle.io.Dataset):
     """Training row ``index`` as (x, y, index): the index is collated and carried (through
     worker processes too) with its sample, so the record shows what the loader really fed. An
     image row is (float32 image, int64 class), a token row (int64 ids [T], int64 next tokens
-    [T]): the default collate stacks either into the batch the model and the task take."""
+    [T]), a detection row (float32 image, float32 maps [7, H/4, W/4]): the default collate
+    stacks each into the batch the model and the task take."""
 
     def __init__(self, data: Dataset):
         self.x, self.y = data.x_train, data.y_train  # memory-mapped: workers share one copy

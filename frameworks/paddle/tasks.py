@@ -10,7 +10,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from parbench.contract.tasks import ImageClassification, LanguageModeling, Task
+from parbench.contract import detection
+from parbench.contract.tasks import ImageClassification, LanguageModeling, ObjectDetection, Task
 
 
 class TaskLoss(Protocol):
@@ -51,8 +52,38 @@ class LanguageModelingLoss:
         return outputs.argmax(-1).numpy(), loss_sum
 
 
+class ObjectDetectionLoss:
+    """CenterNet's penalty-reduced focal loss on the heat map plus the weighted L1 of size and
+    offset at the face centres, per image over its centres, the mean over images
+    (ObjectDetection.loss); evaluation returns the raw maps, which the task decodes and
+    scores. The logs are ``F.log_sigmoid`` of the logit, as torch's ``F.logsigmoid``: no
+    ``log(sigmoid)``, which reaches -inf for a confident cell, and no clamp."""
+
+    def per_image_loss(self, outputs: paddle.Tensor, labels: paddle.Tensor) -> paddle.Tensor:
+        outputs = outputs.astype("float32")  # the loss in float32 under every precision
+        logit, heat, centre = outputs[:, 0], labels[:, detection.HEAT], labels[:, detection.MASK]
+        p = F.sigmoid(logit)
+        at_centre = -(1 - p) ** detection.FOCAL_ALPHA * F.log_sigmoid(logit) * centre
+        elsewhere = (-(1 - heat) ** detection.FOCAL_BETA * p ** detection.FOCAL_ALPHA
+                     * F.log_sigmoid(-logit) * (1 - centre))
+        size = (outputs[:, 1:3] - labels[:, detection.SIZE_W:detection.SIZE_H + 1]).abs()
+        offset = (outputs[:, 3:5] - labels[:, detection.OFFSET_X:detection.OFFSET_Y + 1]).abs()
+        regression = (detection.SIZE_WEIGHT * size + offset).sum(1) * centre
+        total = (at_centre + elsewhere + regression).sum([1, 2])
+        return total / centre.sum([1, 2]).clip(min=1)
+
+    def mean_loss(self, outputs: paddle.Tensor, labels: paddle.Tensor) -> paddle.Tensor:
+        return self.per_image_loss(outputs, labels).mean()
+
+    def evaluation(self, outputs: paddle.Tensor,
+                   labels: paddle.Tensor) -> tuple[np.ndarray, float]:
+        loss_sum = float(self.per_image_loss(outputs, labels).sum())
+        return outputs.astype("float32").numpy(), loss_sum
+
+
 TASK_LOSSES: dict[str, type[TaskLoss]] = {ImageClassification.name: ImageClassificationLoss,
-                                          LanguageModeling.name: LanguageModelingLoss}
+                                          LanguageModeling.name: LanguageModelingLoss,
+                                          ObjectDetection.name: ObjectDetectionLoss}
 
 
 def loss_for(task: Task) -> TaskLoss:
