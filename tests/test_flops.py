@@ -241,7 +241,7 @@ def xla_products(model: str) -> tuple[int, int]:
     times in training (the forward, the weight and the input gradient have the same valid
     taps), less the first layer's input gradient."""
     ours = OURS[model]
-    convs = resnet_convs(SPECS[model]) if SPECS[model].kind == "resnet" else []
+    convs = model_convs(model) if SPECS[model].kind in ("resnet", "centernet") else []
     padding = [MAC * (conv.multiply_adds - valid_multiply_adds(conv)) for conv in convs]
     forward = ours.forward_per_sample - sum(padding)
     stem = padding[0] if padding else 0
@@ -260,6 +260,8 @@ XLA_SURPLUS = {  # model: (forward, training)
     "mlp": (1.00184, 1.00257),  # biases and relus (the forward exactly, below)
     "vit": (1.1501, 1.1173),
     "gpt": (1.1816, 1.1077),
+    "centernet": (1.0401, 1.0565),  # as the resnet's, at stride 4, and the heads' biases
+    "centernet-nonorm": (1.0118, 1.0164),
 }
 
 

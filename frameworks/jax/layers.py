@@ -1,6 +1,8 @@
 """The layers every Flax model of the spec shares: convolutions and dense layers at the spec's
 precision, LayerNorm with the spec's arithmetic, torch's BatchNorm (which Flax's cannot be),
-and how the canonical weights map onto a module's variables.
+the convolution + norm and the residual block the ResNet and the detector's backbone share
+(model.py, centernet.py; torch keeps them in its layers.py too), and how the canonical weights
+map onto a module's variables.
 
 Activations are NHWC inside the models, Flax's layout (``nnx.Conv`` takes channels last): a
 batch arrives NCHW, as the contract stores it, and is transposed once at the model's input.
@@ -110,6 +112,32 @@ def moments(x: jax.Array, axis_name: str | None) -> tuple[jax.Array, jax.Array, 
     if axis_name is not None:
         squares = lax.psum(squares, axis_name)
     return mean, squares, count
+
+
+# --- the ResNet's and the detector's backbone layers (parbench.contract.spec conventions)
+class ConvNorm(nnx.Module):
+    """conv (bias only without norm; 3x3 pads 1, 1x1 pads 0), then the spec's BatchNorm."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int,
+                 norm: BatchNormSpec | None, dtype: jnp.dtype, rngs: nnx.Rngs):
+        self.conv = conv(c_in, c_out, kernel, stride, kernel // 2, norm is None, dtype, rngs)
+        self.bn = BatchNorm(c_out, norm) if norm is not None else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = self.conv(x)
+        return x if self.bn is None else self.bn(x)
+
+
+class ResidualBlock(nnx.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int, projection: bool,
+                 norm: BatchNormSpec | None, dtype: jnp.dtype, rngs: nnx.Rngs):
+        self.conv1 = ConvNorm(c_in, c_out, 3, stride, norm, dtype, rngs)
+        self.conv2 = ConvNorm(c_out, c_out, 3, 1, norm, dtype, rngs)
+        self.shortcut = ConvNorm(c_in, c_out, 1, stride, norm, dtype, rngs) if projection else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        out = self.conv2(nnx.relu(self.conv1(x)))
+        return nnx.relu(out + (x if self.shortcut is None else self.shortcut(x)))
 
 
 # --- canonical weights <-> a module's variables, by path: ("blocks", 0, "attn", "qkv",

@@ -1,11 +1,12 @@
 """The spec's models as Flax NNX modules, and the functional interface the strategies train
 them through.
 
-The ResNet and the MLP are here, the vision transformer in vit.py and the causal language model
-in gpt.py (on the ViT's blocks), all built from the shared layers of layers.py; ``MODELS``
-picks one by ``spec.kind``. Module attributes are named as the canonical weights are, so a
-variable's path is its canonical name (layers.canonical_name), and loading or exporting the
-canonical weights is a transpose of the kernels.
+The ResNet and the MLP are here, the vision transformer in vit.py, the causal language model
+in gpt.py (on the ViT's blocks) and the detector in centernet.py (on the ResNet's backbone),
+all built from the shared layers of layers.py; ``MODELS`` picks one by ``spec.kind``. Module
+attributes are named as the canonical weights are, so a variable's path is its canonical name
+(layers.canonical_name), and loading or exporting the canonical weights is a transpose of the
+kernels.
 
 The strategies use NNX's functional API, as JAX users do under ``pmap``, ``shard_map`` or a
 ``jit`` with shardings: a model is split once into its graph (``nnx.GraphDef``, static) and two
@@ -28,7 +29,6 @@ import numpy as np
 from flax import nnx
 
 from parbench.contract.spec import (
-    BatchNormSpec,
     MLPSpec,
     ModelSpec,
     ResNetSpec,
@@ -38,38 +38,23 @@ from parbench.contract.spec import (
 )
 from parbench.contract.weights import check_weights
 
+from .centernet import CenterNet
 from .gpt import GPT
-from .layers import BatchNorm, Params, Stats, canonical_name, conv, dense, to_canonical, to_flax
+from .layers import (
+    ConvNorm,
+    Params,
+    ResidualBlock,
+    Stats,
+    canonical_name,
+    dense,
+    to_canonical,
+    to_flax,
+)
 from .tasks import TaskLoss
 from .vit import ViT
 
 TRACKED = ".num_batches_tracked"  # torch's BatchNorm counter: bookkeeping, not the spec's
 FLOAT32 = "float32"
-
-
-class ConvNorm(nnx.Module):
-    """conv (bias only without norm; 3x3 pads 1, 1x1 pads 0), then the spec's BatchNorm."""
-
-    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int,
-                 norm: BatchNormSpec | None, dtype: jnp.dtype, rngs: nnx.Rngs):
-        self.conv = conv(c_in, c_out, kernel, stride, kernel // 2, norm is None, dtype, rngs)
-        self.bn = BatchNorm(c_out, norm) if norm is not None else None
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = self.conv(x)
-        return x if self.bn is None else self.bn(x)
-
-
-class ResidualBlock(nnx.Module):
-    def __init__(self, c_in: int, c_out: int, stride: int, projection: bool,
-                 norm: BatchNormSpec | None, dtype: jnp.dtype, rngs: nnx.Rngs):
-        self.conv1 = ConvNorm(c_in, c_out, 3, stride, norm, dtype, rngs)
-        self.conv2 = ConvNorm(c_out, c_out, 3, 1, norm, dtype, rngs)
-        self.shortcut = ConvNorm(c_in, c_out, 1, stride, norm, dtype, rngs) if projection else None
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        out = self.conv2(nnx.relu(self.conv1(x)))
-        return nnx.relu(out + (x if self.shortcut is None else self.shortcut(x)))
 
 
 class ResNet(nnx.Module):
@@ -103,7 +88,8 @@ class MLP(nnx.Module):
 
 
 # One module per model kind (parbench.spec.KINDS); a kind missing here is an error.
-MODELS: dict[str, type[nnx.Module]] = {"resnet": ResNet, "mlp": MLP, "vit": ViT, "gpt": GPT}
+MODELS: dict[str, type[nnx.Module]] = {"resnet": ResNet, "mlp": MLP, "vit": ViT, "gpt": GPT,
+                                       "centernet": CenterNet}
 
 
 def build(spec: ModelSpec, dtype: str = FLOAT32) -> nnx.Module:
@@ -131,7 +117,8 @@ def graph(spec: ModelSpec, train: bool, sync_axis: str | None = None,
 def apply(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, train: bool,
           sync_axis: str | None = None, dtype: str = FLOAT32) -> tuple[jax.Array, Stats]:
     """Logits of the batch ``x`` (NCHW images -> [rows, classes]; [rows, T] token ids -> [rows,
-    T, vocab]), in ``dtype``, and the running statistics after the pass: updated in training
+    T, vocab]; the detector's NCHW images -> its NCHW maps [rows, classes + 4, H/4, W/4]), in
+    ``dtype``, and the running statistics after the pass: updated in training
     mode, as they were in inference mode."""
     # copy=True: variables made here, in this trace. Without it the module would hold the
     # states' own, made where the arrays entered a jit; BatchNorm writing into one of those
@@ -187,7 +174,8 @@ def loss_fn(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax.
             dtype: str = FLOAT32, seen: dict | None = None) -> tuple[jax.Array, Stats]:
     """(the task's mean loss over the rows given, statistics after the pass): for image
     classification the mean cross-entropy, what torch's ``CrossEntropyLoss`` computes, for
-    language modelling its mean over rows and positions; the statistics are
+    language modelling its mean over rows and positions, for object detection the mean over
+    images of each one's focal and regression loss; the statistics are
     ``jax.value_and_grad``'s aux; ``task`` is the run's (tasks.loss_for).
 
     Its gradient inside a data-parallel map (measured, 2 CPU devices, jax 0.10.2): under
@@ -209,7 +197,8 @@ def evaluate(spec: ModelSpec, params: Params, stats: Stats, x: jax.Array, y: jax
              task: TaskLoss, dtype: str = FLOAT32) -> tuple[jax.Array, jax.Array]:
     """The task's evaluation outputs in inference mode (image classification: the predicted
     class of each row, the summed cross-entropy; language modelling: the predicted next token
-    at every position, the cross-entropy summed over all of them); jit-able, the caller takes
-    them to the host."""
+    at every position, the cross-entropy summed over all of them; object detection: the raw
+    maps of each row, the per-image loss summed); jit-able, the caller takes them to the
+    host."""
     outputs, _ = apply(spec, params, stats, x, train=False, dtype=dtype)
     return task.evaluation(outputs, y)

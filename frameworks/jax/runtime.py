@@ -124,10 +124,10 @@ class CompileCounter:
 def evaluation(spec, task: TaskLoss, dtype: str, stacked_params: bool = False,
                stacked_stats: bool = False) -> Callable:
     """(params, stats, x, y) -> the task's evaluation outputs (image classification: predicted
-    classes, loss_sum; language modelling: predicted tokens [rows, T], loss_sum) in inference
-    mode, compiled once per chunk shape; it runs where its inputs are (the first device: see
-    ``on_device``, whose stacked arrays keep their replica axis of 1, taken off here, inside the
-    program)."""
+    classes, loss_sum; language modelling: predicted tokens [rows, T], loss_sum; object
+    detection: the maps [rows, 5, H/4, W/4], loss_sum) in inference mode, compiled once per
+    chunk shape; it runs where its inputs are (the first device: see ``on_device``, whose
+    stacked arrays keep their replica axis of 1, taken off here, inside the program)."""
     def unstack(tree, stacked: bool):
         return jax.tree.map(lambda a: a[0], tree) if stacked else tree
 

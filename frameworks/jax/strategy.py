@@ -175,10 +175,11 @@ class JaxStrategy(ABC):
         return float(loss)
 
     # --- eval: the compiled forward in inference mode on the first device, with replica 0's
-    # parameters and running statistics, and the task's outputs: no collective
+    # parameters and running statistics, and the task's outputs: no collective. They come to
+    # the host in the task's dtype (indices as int64, a detector's maps as float32)
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
-        predicted, loss_sum = self.eval_step(*self.replica_zero(), x, y)
-        return np.asarray(predicted, np.int64), float(loss_sum)
+        outputs, loss_sum = self.eval_step(*self.replica_zero(), x, y)
+        return np.asarray(outputs, self.task.outputs_dtype), float(loss_sum)
 
     def replica_zero(self) -> tuple[Params, Stats]:
         """The first replica's parameters and running statistics, on the first device (what

@@ -4,7 +4,8 @@ and the evaluation's outputs, computed from a model's outputs and the labels, wr
 ``model.loss_fn`` and ``model.evaluate`` put a model's forward in front of them; every strategy
 takes its run's task from ``loss_for(job.task)``, so nothing else in frameworks/jax assumes
 image classification. A task here holds no arrays and hashes by identity: a jitted function may
-close over it or take it as a static argument.
+close over it or take it as a static argument. Every loss is written against the contract's
+layouts (a detector's maps NCHW, as torch's), so each reads its channels where torch's does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from parbench.contract import detection
 from parbench.contract import tasks as contract
 
 
@@ -23,6 +26,9 @@ class TaskLoss(ABC):
     the labels of the same rows; traceable."""
 
     name: ClassVar[str]  # the contract task's name (Task.name, the job's task_name)
+    # what the host takes the evaluation's outputs as (strategy.evaluate): the dtype torch's
+    # evaluation hands the contract task's eval_counts, so both score the same arrays
+    outputs_dtype: ClassVar[type]
 
     @abstractmethod
     def mean_loss(self, outputs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -51,6 +57,8 @@ class SoftmaxCrossEntropy(TaskLoss, ABC):
     every label, an evaluation's output the arg max at every label. Both tasks below are this,
     written once: ``cross_entropy`` takes any leading axes."""
 
+    outputs_dtype: ClassVar[type] = np.int64  # class or token indices, as torch's argmax
+
     def mean_loss(self, logits: jax.Array, labels: jax.Array) -> jax.Array:
         return jnp.mean(cross_entropy(logits, labels))
 
@@ -76,8 +84,43 @@ class LanguageModeling(SoftmaxCrossEntropy):
     name: ClassVar[str] = contract.LanguageModeling.name
 
 
+class ObjectDetection(TaskLoss):
+    """contract.ObjectDetection: CenterNet's penalty-reduced focal loss on the heat map plus
+    the weighted L1 of size and offset at the face centres, per image over its centres, the
+    mean over images (torch's ObjectDetectionLoss, term for term); an evaluation returns the
+    raw maps, one [5, H/4, W/4] per row, which the contract task decodes and scores on the
+    host. The outputs are the model's NCHW maps, the labels the contract's NCHW float32
+    [rows, 7, H/4, W/4] (parbench.contract.detection's channels)."""
+
+    name: ClassVar[str] = contract.ObjectDetection.name
+    outputs_dtype: ClassVar[type] = np.float32  # the maps, decoded on the host
+
+    def per_image_loss(self, outputs: jax.Array, labels: jax.Array) -> jax.Array:
+        """[rows]: each image's loss over its own centres (at least 1), so N devices' mean of
+        their images' losses is one device's (contract.ObjectDetection)."""
+        outputs = outputs.astype(jnp.float32)  # the loss in float32 under every precision
+        logit, heat, centre = outputs[:, 0], labels[:, detection.HEAT], labels[:, detection.MASK]
+        p = jax.nn.sigmoid(logit)
+        # the logs as log-sigmoids, as torch's logsigmoid: finite at any logit, no clamp
+        at_centre = -(1 - p) ** detection.FOCAL_ALPHA * jax.nn.log_sigmoid(logit) * centre
+        elsewhere = (-(1 - heat) ** detection.FOCAL_BETA * p ** detection.FOCAL_ALPHA
+                     * jax.nn.log_sigmoid(-logit) * (1 - centre))
+        size = jnp.abs(outputs[:, 1:3] - labels[:, detection.SIZE_W:detection.SIZE_H + 1])
+        offset = jnp.abs(outputs[:, 3:5] - labels[:, detection.OFFSET_X:detection.OFFSET_Y + 1])
+        regression = jnp.sum(detection.SIZE_WEIGHT * size + offset, axis=1) * centre
+        total = jnp.sum(at_centre + elsewhere + regression, axis=(1, 2))
+        return total / jnp.maximum(jnp.sum(centre, axis=(1, 2)), 1.0)
+
+    def mean_loss(self, outputs: jax.Array, labels: jax.Array) -> jax.Array:
+        return jnp.mean(self.per_image_loss(outputs, labels))
+
+    def evaluation(self, outputs: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return outputs.astype(jnp.float32), jnp.sum(self.per_image_loss(outputs, labels))
+
+
 IMPLEMENTED: dict[str, TaskLoss] = {task.name: task for task in (ImageClassification(),
-                                                                 LanguageModeling())}
+                                                                 LanguageModeling(),
+                                                                 ObjectDetection())}
 
 
 def loss_for(task: contract.Task) -> TaskLoss:
