@@ -337,6 +337,8 @@ TF_SURPLUS = {  # model: (forward, training)
     "mlp": (1.0009, 1.0009),  # BiasAdd, and BiasAddGrad in training
     "vit": (1.0413, 1.0388),  # LayerNorm, softmax, BiasAdd
     "gpt": (1.0354, 1.0343),
+    "centernet": (1.0224, 1.0131),  # BatchNorm, and the heads' BiasAdd
+    "centernet-nonorm": (1.0048, 1.0023),
 }
 
 

@@ -1,9 +1,14 @@
-"""The Keras building blocks every model of this package shares (model.py's ResNet and MLP,
-vit.py's ViT): RecordingModel, the base that records what a training step really computed in.
+"""The Keras building blocks the models of this package share: RecordingModel, the base that
+records what a training step really computed in (every model's), and the convolution layers of
+the ResNet (model.py) and the detector's backbone (centernet.py): TorchBatchNorm, ConvNorm and
+the residual Block.
 """
 
 from __future__ import annotations
 
+from parbench.contract.spec import BatchNormSpec, CenterNetSpec, ResNetSpec
+
+from .runtime import SUM
 from .tfkeras import keras, tf
 
 
@@ -24,3 +29,122 @@ class RecordingModel(keras.Model):
         """Its BatchNorm layers (model.TorchBatchNorm), whose ``reduced_over`` tells the record
         whether --sync-bn took effect; none unless a model has some."""
         return []
+
+
+Backbone = ResNetSpec | CenterNetSpec  # the specs whose convolutions ConvNorm and Block are
+
+
+class TorchBatchNorm(keras.layers.Layer):
+    """BatchNorm in the spec's convention: ``running = (1 - m) * running + m * batch``,
+    normalised with the biased batch variance, running variance fed the unbiased one.
+
+    ``synchronized``: the batch statistics are those of the global batch, reduced over the
+    replicas with the replica context's all-reduce (SyncBatchNorm); the all-reduce's gradient
+    is an all-reduce too, so the backward pass is that of the global batch as well."""
+
+    def __init__(self, spec: BatchNormSpec, synchronized: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum, self.eps, self.synchronized = spec.momentum, spec.eps, synchronized
+        self.reduced_over: int | None = None  # replicas a traced training call reduced over
+
+    def build(self, input_shape) -> None:
+        shape = (input_shape[-1],)
+        # autocast=False: float32 under a mixed policy too, like Keras' BatchNormalization
+        self.gamma = self.add_weight(shape=shape, initializer="ones", name="gamma",
+                                     autocast=False)
+        self.beta = self.add_weight(shape=shape, initializer="zeros", name="beta",
+                                    autocast=False)
+        # Without synchronization replicas normalise with their own shard's statistics (like
+        # torch DDP); only_first_replica then keeps replica 0's running statistics, which is
+        # what DDP's buffer broadcast from rank 0 keeps as well.
+        self.moving_mean = self.add_weight(shape=shape, initializer="zeros", trainable=False,
+                                           aggregation="only_first_replica", name="moving_mean",
+                                           autocast=False)
+        self.moving_var = self.add_weight(shape=shape, initializer="ones", trainable=False,
+                                          aggregation="only_first_replica", name="moving_var",
+                                          autocast=False)
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        # Statistics in float32 whatever the policy: bf16/fp16 sums over a batch lose digits
+        computed = tf.cast(x, tf.float32)
+        if not training:
+            out = tf.nn.batch_normalization(computed, self.moving_mean, self.moving_var,
+                                            self.beta, self.gamma, self.eps)
+            return tf.cast(out, x.dtype)
+        mean, var, count = self._global_moments(computed) if self.synchronized \
+            else self._local_moments(computed)
+        m = self.momentum
+        self.moving_mean.assign((1 - m) * self.moving_mean + m * mean)
+        self.moving_var.assign((1 - m) * self.moving_var + m * var * count / (count - 1))
+        out = tf.nn.batch_normalization(computed, mean, var, self.beta, self.gamma, self.eps)
+        return tf.cast(out, x.dtype)
+
+    @staticmethod
+    def _local_moments(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        mean, var = tf.nn.moments(x, axes=[0, 1, 2])
+        return mean, var, tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+
+    def _global_moments(self, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Mean and biased variance over every replica's rows, two-pass like tf.nn.moments
+        (a sum of squares minus the squared mean cancels digits), and the global row count."""
+        context = tf.distribute.get_replica_context()
+        self.reduced_over = context.num_replicas_in_sync
+        axes = [0, 1, 2]
+        local_count = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+        total, count = context.all_reduce(SUM, [tf.reduce_sum(x, axes), local_count])
+        mean = total / count
+        squares = context.all_reduce(SUM, tf.reduce_sum(tf.square(x - mean), axes))
+        return mean, squares / count, count
+
+
+class ConvNorm(keras.layers.Layer):
+    """Symmetric zero padding, conv (bias only without norm), then the spec's BatchNorm."""
+
+    def __init__(self, c_out: int, kernel: int, stride: int, spec: Backbone,
+                 sync_bn: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.pad = keras.layers.ZeroPadding2D(kernel // 2, data_format="channels_last")
+        self.conv = keras.layers.Conv2D(c_out, kernel, stride, padding="valid",
+                                        data_format="channels_last",
+                                        use_bias=spec.norm is None)
+        self.bn = None if spec.norm is None else TorchBatchNorm(spec.norm, sync_bn)
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        x = self.conv(self.pad(x))
+        return x if self.bn is None else self.bn(x, training=training)
+
+    def batchnorms(self) -> list[TorchBatchNorm]:
+        return [] if self.bn is None else [self.bn]
+
+    def canonical_variables(self, prefix: str) -> dict:
+        named = {f"{prefix}.conv.weight": self.conv.kernel}
+        if self.bn is None:
+            return {**named, f"{prefix}.conv.bias": self.conv.bias}
+        return {**named, f"{prefix}.bn.weight": self.bn.gamma, f"{prefix}.bn.bias": self.bn.beta,
+                f"{prefix}.bn.running_mean": self.bn.moving_mean,
+                f"{prefix}.bn.running_var": self.bn.moving_var}
+
+
+class Block(keras.layers.Layer):
+    def __init__(self, c_out: int, stride: int, projection: bool, spec: Backbone,
+                 sync_bn: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.conv1 = ConvNorm(c_out, 3, stride, spec, sync_bn)
+        self.conv2 = ConvNorm(c_out, 3, 1, spec, sync_bn)
+        self.shortcut = ConvNorm(c_out, 1, stride, spec, sync_bn) if projection else None
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        out = self.conv2(tf.nn.relu(self.conv1(x, training=training)), training=training)
+        skip = x if self.shortcut is None else self.shortcut(x, training=training)
+        return tf.nn.relu(out + skip)
+
+    def batchnorms(self) -> list[TorchBatchNorm]:
+        convs = [self.conv1, self.conv2] + ([self.shortcut] if self.shortcut else [])
+        return [bn for conv in convs for bn in conv.batchnorms()]
+
+    def canonical_variables(self, prefix: str) -> dict:
+        named = {**self.conv1.canonical_variables(f"{prefix}.conv1"),
+                 **self.conv2.canonical_variables(f"{prefix}.conv2")}
+        if self.shortcut is not None:
+            named.update(self.shortcut.canonical_variables(f"{prefix}.shortcut"))
+        return named

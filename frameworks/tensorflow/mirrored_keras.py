@@ -218,7 +218,7 @@ class MirroredKeras(Mirrored):
     def _contract_pipeline(self, _context: tf.distribute.InputContext) -> tf.data.Dataset:
         rows = self.job.global_batch // self.job.world_size
         # the data's own row shapes and dtypes: images float32 with one int64 label a row, token
-        # ids int64 with one int64 label a position
+        # ids int64 with one int64 label a position, a detector's images with float32 label maps
         signature = (tf.TensorSpec((rows, *self.data.input_shape), self.data.x_train.dtype),
                      tf.TensorSpec((rows, *self.data.y_train.shape[1:]), self.data.y_train.dtype),
                      tf.TensorSpec((rows,), tf.int64))

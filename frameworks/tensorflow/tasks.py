@@ -10,7 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from parbench.contract.tasks import ImageClassification, LanguageModeling, Task
+from parbench.contract import detection
+from parbench.contract.tasks import ImageClassification, LanguageModeling, ObjectDetection, Task
 
 from .tfkeras import keras, tf
 
@@ -104,9 +105,44 @@ class TFLanguageModeling(TaskLoss):
         return KerasLoss(self, self.per_token_loss, labels_dtype=tf.int64)
 
 
+class TFObjectDetection(TaskLoss):
+    """CenterNet's penalty-reduced focal loss on the heat map plus the weighted L1 of size and
+    offset at the face centres, per image over its centres (ObjectDetection.loss); the
+    training loss is the mean over images, so the custom loops' sum of image losses over the
+    global batch is it. Outputs and labels are both in the contract's NCHW layout (the model
+    transposes its maps back), so the channels are read where torch reads them. An
+    evaluation returns the raw maps, which the task decodes and scores on the host."""
+
+    name = ObjectDetection.name
+
+    def per_example_loss(self, labels: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
+        outputs = tf.cast(outputs, tf.float32)  # the loss in float32 under every precision
+        logit = outputs[:, 0]
+        heat, centre = labels[:, detection.HEAT], labels[:, detection.MASK]
+        p = tf.sigmoid(logit)
+        # log p and log(1 - p) as log-sigmoids of the logit: finite for any logit, no clamp
+        at_centre = -(1 - p) ** detection.FOCAL_ALPHA * tf.math.log_sigmoid(logit) * centre
+        elsewhere = (-(1 - heat) ** detection.FOCAL_BETA * p ** detection.FOCAL_ALPHA
+                     * tf.math.log_sigmoid(-logit) * (1 - centre))
+        size = tf.abs(outputs[:, 1:3] - labels[:, detection.SIZE_W:detection.SIZE_H + 1])
+        offset = tf.abs(outputs[:, 3:5] - labels[:, detection.OFFSET_X:detection.OFFSET_Y + 1])
+        regression = tf.reduce_sum(detection.SIZE_WEIGHT * size + offset, axis=1) * centre
+        total = tf.reduce_sum(at_centre + elsewhere + regression, axis=[1, 2])
+        return total / tf.maximum(tf.reduce_sum(centre, axis=[1, 2]), 1.0)
+
+    def evaluation(self, labels: tf.Tensor, outputs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.cast(outputs, tf.float32), tf.reduce_sum(self.per_example_loss(labels, outputs))
+
+    def keras_loss(self) -> KerasLoss:
+        # One loss per image: "sum_over_batch_size" divides the sum by the rows, so fit's loss
+        # is the mean over images, the custom loops' one; the labels are float32 maps already
+        return KerasLoss(self, self.per_example_loss, labels_dtype=tf.float32)
+
+
 IMAGE_CLASSIFICATION, LANGUAGE_MODELING = TFImageClassification(), TFLanguageModeling()
-TASK_LOSSES: dict[str, TaskLoss] = {task.name: task
-                                    for task in (IMAGE_CLASSIFICATION, LANGUAGE_MODELING)}
+OBJECT_DETECTION = TFObjectDetection()
+TASK_LOSSES: dict[str, TaskLoss] = {task.name: task for task in (
+    IMAGE_CLASSIFICATION, LANGUAGE_MODELING, OBJECT_DETECTION)}
 
 
 def loss_for(task: Task) -> TaskLoss:
