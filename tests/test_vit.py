@@ -80,7 +80,7 @@ def test_an_unknown_model_kind_is_an_error_not_another_model():
         spec_from_dict({**spec, "kind": "transformer"})
     with pytest.raises(ValueError, match="unknown model kind"):
         kind_of("transformer")
-    assert set(KINDS) == {"resnet", "mlp", "vit", "gpt"}
+    assert set(KINDS) == {"resnet", "mlp", "vit", "gpt", "centernet"}
 
 
 def test_adamw_reference_is_the_rule_written_out():
