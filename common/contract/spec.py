@@ -326,7 +326,8 @@ def _mlp_parameters(spec: MLPSpec) -> dict[str, Param]:
     return params
 
 
-def _resnet_parameters(spec: ResNetSpec) -> dict[str, Param]:
+def _backbone_parameters(spec: ResNetSpec | CenterNetSpec) -> dict[str, Param]:
+    """The stem and the residual blocks, which the ResNet and the detector share."""
     params: dict[str, Param] = {}
     norm = spec.norm is not None
     _conv(params, "stem", spec.input_shape[0], spec.stem_channels, 3, norm)
@@ -335,6 +336,11 @@ def _resnet_parameters(spec: ResNetSpec) -> dict[str, Param]:
         _conv(params, f"{name}.conv2", c_out, c_out, 3, norm)
         if projection:
             _conv(params, f"{name}.shortcut", c_in, c_out, 1, norm)
+    return params
+
+
+def _resnet_parameters(spec: ResNetSpec) -> dict[str, Param]:
+    params = _backbone_parameters(spec)
     _dense(params, "head", spec.stage_channels[-1], spec.num_classes)
     return params
 
@@ -375,14 +381,7 @@ def _gpt_parameters(spec: GPTSpec) -> dict[str, Param]:
 def _centernet_parameters(spec: CenterNetSpec) -> dict[str, Param]:
     """The ResNet's backbone without its dense head, then per head a 3x3 convolution with bias
     and a 1x1 one to its maps (the heat map's bias starting at the prior, HEAT_BIAS)."""
-    params: dict[str, Param] = {}
-    norm = spec.norm is not None
-    _conv(params, "stem", spec.input_shape[0], spec.stem_channels, 3, norm)
-    for name, c_in, c_out, _stride, projection in resnet_blocks(spec):
-        _conv(params, f"{name}.conv1", c_in, c_out, 3, norm)
-        _conv(params, f"{name}.conv2", c_out, c_out, 3, norm)
-        if projection:
-            _conv(params, f"{name}.shortcut", c_in, c_out, 1, norm)
+    params = _backbone_parameters(spec)
     for head, maps in spec.heads:
         _conv(params, f"heads.{head}.hidden", spec.stage_channels[-1], spec.head_channels, 3,
               norm=False)
