@@ -4,7 +4,10 @@ printed figures computed from the variants' records; and one real ablation on to
 
 from __future__ import annotations
 
+import json
+import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 from test_causes import record
@@ -143,13 +146,14 @@ SWITCHED = ("jax-pmap", "--devices", "2", "--dataset", "digits", "--model", "mlp
 
 
 @pytest.fixture(scope="module")
-def switched_ablation(tmp_path_factory) -> tuple[str, list[dict]]:
-    """(what explain printed, its records) of the SWITCHED ablation, run once per session."""
+def switched_ablation(tmp_path_factory) -> tuple[str, list[dict], Path]:
+    """(what explain printed, its records, their folder) of the SWITCHED ablation, run once
+    per session; the folder is read-only for the tests."""
     def ablate():
         folder = tmp_path_factory.mktemp("explain-switched")
         done = parbench("explain", *SWITCHED, "--out", str(folder / "out"), cwd=folder)
         assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout, records_in(folder / "out")
+        return done.stdout, records_in(folder / "out"), folder / "out"
 
     return shared_result(tmp_path_factory, ("explain", SWITCHED), ablate)
 
@@ -172,7 +176,7 @@ def variant_records(runs: list[dict]) -> dict[str, list[dict]]:
 @needs("jax")
 @pytest.mark.slow
 def test_each_cause_switched_off_runs_with_its_options_and_is_recorded(switched_ablation):
-    _, runs = switched_ablation
+    _, runs, _ = switched_ablation
     found = variant_records(runs)
     assert sorted(found) == ["as given", "baseline", "global-batch off", "lr-scaling off"]
     for name, records in found.items():
@@ -194,7 +198,7 @@ def test_what_a_switched_off_cause_carries_is_computed_from_its_records(switched
     """Each row's median and change, and each cause's share (change as given - change with
     it off), from the variants' records; lr-scaling off changes the result, so its share is
     not the whole change (global-batch off computes what one device does: no change)."""
-    printed, runs = switched_ablation
+    printed, runs, _ = switched_ablation
     median = {name: statistics.median(r["metrics"]["final_accuracy"] for r in records)
               for name, records in variant_records(runs).items()}
     change = {name: value - median["baseline"] for name, value in median.items()}
@@ -213,3 +217,26 @@ def test_what_a_switched_off_cause_carries_is_computed_from_its_records(switched
         cause_name = name.removesuffix(" off")
         (line,) = [line for line in printed.splitlines() if line.startswith(f"{cause_name} (")]
         assert f"carries {carried:+.4g} of the {change['as given']:+.4g} change" in line
+
+
+@needs("jax")
+@pytest.mark.slow
+def test_resume_runs_only_what_is_missing_and_prints_the_same_ablation(switched_ablation,
+                                                                      tmp_path):
+    """A stopped ablation (one record missing, one failed) goes on: --resume runs those two
+    again, takes the other ten from --out, and prints the table the whole run printed."""
+    printed, runs, folder = switched_ablation
+    out = tmp_path / "out"
+    shutil.copytree(folder, out)
+    names = sorted(p.name for p in out.glob("*.json"))
+    (out / names[0]).unlink()
+    failed = json.loads((out / names[1]).read_text())
+    (out / names[1]).write_text(json.dumps({**failed, "status": "failed"}))
+    done = parbench("explain", *SWITCHED, "--resume", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count(": kept, its ok record is in") == len(runs) - 2
+    assert done.stderr.count(": running") == 2
+    assert sorted(p.name for p in out.glob("*.json")) == names
+    assert all(r["status"] == "ok" for r in records_in(out))
+    table = [line for line in done.stdout.splitlines() if line.startswith("|")]
+    assert table == [line for line in printed.splitlines() if line.startswith("|")]

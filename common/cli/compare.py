@@ -5,7 +5,6 @@ Each finished run's record is written at once, so an interrupted sweep keeps the
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -22,9 +21,9 @@ from parbench.base.errors import Unavailable, UsageError
 from parbench.base.files import private_tempdir
 from parbench.base.options import SEED
 from parbench.launch.config import Plan, RunConfig, resolve, sized
-from parbench.launch.harness import Prepared, prepare, run_once, run_variant, spec_hash
+from parbench.launch.harness import Prepared, kept_record, prepare, run_once, spec_hash
 from parbench.launch.lifetime import raise_if_stopping
-from parbench.results.records import BUSY_LOAD_PER_CORE, machine_busy, record_name, save_record
+from parbench.results.records import BUSY_LOAD_PER_CORE, machine_busy, save_record
 from parbench.run.registry import BACKENDS, FRAMEWORKS, Backend
 
 from .sweep_state import Sweep
@@ -157,21 +156,6 @@ def warn_if_busy() -> None:
         print(warning, file=sys.stderr, flush=True)
 
 
-def _kept(out: Path, prepared: Prepared, repeat: int) -> Path | None:
-    """The ok record of exactly this configuration and repeat, when one exists."""
-    plan = prepared.plan
-    variant = run_variant(plan)
-    path = out / record_name(prepared.cfg.backend, plan.launcher, plan.world_size,
-                             prepared.spec_sha256, variant, repeat)
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    same = (record.get("status") == "ok" and record.get("spec_sha256") == prepared.spec_sha256
-            and record.get("variant") == variant and record.get("launcher") == plan.launcher)
-    return path if same else None
-
-
 @dataclass
 class SweepResult:
     statuses: list[str] = field(default_factory=list)  # one per run, kept ones included
@@ -245,7 +229,7 @@ def run_sweep(configs: list[tuple[RunConfig, Plan]], out: Path, resume: bool,
     with ExitStack() as stack:
         prepared = _prepare_all(configs, stack)
         kept = {(c, r) for c, p in enumerate(prepared) for r in range(p.cfg.repeats)
-                if resume and _kept(out, p, r)}
+                if resume and kept_record(out, p, r)}
         all_kept = {c for c, p in enumerate(prepared)
                     if all((c, r) in kept for r in range(p.cfg.repeats))}
         slots = schedule([p.cfg.repeats for p in prepared], warmup_runs, all_kept,

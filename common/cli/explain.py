@@ -6,7 +6,9 @@ and prints per variant the median quality over the seeds, the change against the
 the seed spread and what the cause carries: change as given - change with it off.
 
 Every run goes through the harness of ``parbench run`` and its record is written under --out
-at once, so a run that crashes is a failed record and the others go on."""
+at once, so a run that crashes is a failed record and the others go on. ``--resume`` takes a
+seed's ok record from --out instead of running it again: an ablation that was stopped goes on,
+and the records of a compare sweep of the same configuration (copied into --out) count."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from parbench.base.errors import Unavailable, UsageError
 from parbench.base.files import private_tempdir
 from parbench.contract.tasks import task_of_model
 from parbench.launch.config import RunConfig, resolve
-from parbench.launch.harness import prepare, run_once
+from parbench.launch.harness import kept_record, prepare, run_once
 from parbench.results.accuracy_change import MIN_SEEDS
 from parbench.results.causes import Cause, checked_causes
 from parbench.results.records import probe_folder, save_record
@@ -54,6 +56,7 @@ class Ablation:
     baseline: RunConfig  # the framework's single backend at 1 device
     seeds: tuple[int, ...]
     out: Path
+    resume: bool  # take the ok records already in out
 
 
 def add_explain_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,6 +69,9 @@ def add_explain_parser(sub: argparse._SubParsersAction) -> None:
     explain.add_argument("--seeds", default=str(MIN_SEEDS), metavar="K",
                          help=f"seeds per variant, from --seed on ({MIN_SEEDS}, at least "
                          f"{MIN_SEEDS}: the seed spread needs them)")
+    explain.add_argument("--resume", action="store_true",
+                         help="take each run's ok record from --out where one is there "
+                         "(written by an earlier explain or compare) instead of running it")
     add_run_options(explain, "explain")
     explain.set_defaults(func=cmd_explain)
 
@@ -113,7 +119,7 @@ def _ablation(args: argparse.Namespace) -> Ablation:
     with private_tempdir("parbench-inputs-") as shared:  # data-dependent checks, before output
         prepare(given, Path(shared))
     out = Path(args.out or f"results/explain/{given.backend}-x{devices}")
-    return Ablation(given, baseline, seeds_run, out)
+    return Ablation(given, baseline, seeds_run, out, args.resume)
 
 
 def baseline_config(given: RunConfig) -> RunConfig:
@@ -143,20 +149,27 @@ def _say(message: str, start: float) -> None:
     print(f"{message} ({time.monotonic() - start:.0f} s elapsed)", file=sys.stderr, flush=True)
 
 
-def run_variant(variant: Variant, seeds: tuple[int, ...], out: Path, start: float) -> list[str]:
-    """Run every seed of ``variant``, each record saved at once; the problems saving them."""
+def run_variant(variant: Variant, plan: Ablation, start: float) -> list[str]:
+    """Run every seed of ``variant`` (or, with --resume, take its ok record from --out), each
+    record saved at once; the problems saving them."""
     unsaved = []
-    for number, seed in enumerate(seeds, 1):
-        label = f"{variant.name} ({variant.label}) seed {seed} [{number}/{len(seeds)}]"
-        _say(f"{label}: running", start)
-        config = replace(variant.config, seed=seed, out=str(out))
+    for number, seed in enumerate(plan.seeds, 1):
+        label = f"{variant.name} ({variant.label}) seed {seed} [{number}/{len(plan.seeds)}]"
+        config = replace(variant.config, seed=seed, out=str(plan.out))
         try:
             with private_tempdir("parbench-inputs-") as shared:
-                record = run_once(prepare(config, Path(shared)), 0).record  # no --profile
+                prepared = prepare(config, Path(shared))
+                record = kept_record(plan.out, prepared, 0) if plan.resume else None
+                if record is not None:
+                    _say(f"{label}: kept, its ok record is in {plan.out}", start)
+                    variant.records.append(record)
+                    continue
+                _say(f"{label}: running", start)
+                record = run_once(prepared, 0).record  # no --profile
         except UsageError as err:  # a variant's own data check: it cannot run at all
             variant.why_not = f"cannot run: {err}"
             return unsaved
-        path, problem = save_record(out, record)
+        path, problem = save_record(plan.out, record)
         variant.records.append(record)
         unsaved += [problem] if problem else []
         _say(f"{label}: {record['status']}, {path}", start)
@@ -169,13 +182,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     start, unsaved = time.monotonic(), []
     variants = [Variant("baseline", plan.baseline), Variant("as given", plan.given)]
     for variant in variants:
-        unsaved += run_variant(variant, plan.seeds, plan.out, start)
+        unsaved += run_variant(variant, plan, start)
     ok = [r for r in variants[1].records if r["status"] == "ok"]
     checked = checked_causes(ok[0]) if ok else []
     for cause in (c for c in checked if c.applies):
         variants.append(switched_off(plan.given, cause))
         if variants[-1].why_not is None:
-            unsaved += run_variant(variants[-1], plan.seeds, plan.out, start)
+            unsaved += run_variant(variants[-1], plan, start)
     task = task_of_model(plan.given.model)
     metric = task.judged[0]  # the task's first judged quality figure
     print(explain_table(variants, metric, task.quality_columns[metric]))

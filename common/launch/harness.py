@@ -20,6 +20,7 @@ from parbench.contract.spec import ModelSpec, sha256_of, spec_dict
 from parbench.contract.tasks import Task, task_of_dataset, task_of_model
 from parbench.contract.weights import initial_weights, save_weights
 from parbench.results.metrics import divergence, warmup_steps
+from parbench.results.records import record_name
 from parbench.results.samples import input_metrics
 from parbench.run.job import PREDICTIONS_FILE, Job
 from parbench.run.loop import RankLog
@@ -81,6 +82,22 @@ def run_variant(plan: Plan) -> dict:
     return {"threads": plan.threads, "nnodes": plan.nnodes,
             **({"profile": True} if plan.profile else {}),
             **({"modes": changed} if changed else {})}
+
+
+def kept_record(out: Path, prepared: Prepared, repeat: int) -> dict | None:
+    """The ok record of exactly this configuration and repeat in ``out``, when one is there:
+    what ``--resume`` takes instead of running it again (whichever command wrote it)."""
+    plan = prepared.plan
+    variant = run_variant(plan)
+    path = out / record_name(prepared.cfg.backend, plan.launcher, plan.world_size,
+                             prepared.spec_sha256, variant, repeat)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    same = (record.get("status") == "ok" and record.get("spec_sha256") == prepared.spec_sha256
+            and record.get("variant") == variant and record.get("launcher") == plan.launcher)
+    return record if same else None
 
 
 def prepare(cfg: RunConfig, shared: Path, plan: Plan | None = None) -> Prepared:
