@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from parbench.contract.spec import CenterNetSpec, resnet_blocks
+from parbench.contract.spec import CenterNetSpec
 
-from .layers import ConvNorm, ResidualBlock
+from .layers import ConvNorm, stem_and_blocks
 
 
 class Head(nnx.Module):
@@ -34,10 +34,7 @@ class Head(nnx.Module):
 
 class CenterNet(nnx.Module):
     def __init__(self, spec: CenterNetSpec, dtype: jnp.dtype, rngs: nnx.Rngs):
-        norm = spec.norm
-        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, norm, dtype, rngs)
-        self.blocks = nnx.List([ResidualBlock(c_in, c_out, stride, projection, norm, dtype, rngs)
-                                for _, c_in, c_out, stride, projection in resnet_blocks(spec)])
+        self.stem, self.blocks = stem_and_blocks(spec, dtype, rngs)
         self.heads = nnx.Dict({name: Head(spec.stage_channels[-1], maps, spec, dtype, rngs)
                                for name, maps in spec.heads})
         # the concatenation's order, the spec's, kept apart: a state's keys come back sorted

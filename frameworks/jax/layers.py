@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 from jax import lax
 
-from parbench.contract.spec import BatchNormSpec
+from parbench.contract.spec import BatchNormSpec, CenterNetSpec, ResNetSpec, resnet_blocks
 
 Params = nnx.State  # the trainable variables (nnx.Param) of a model, as nnx.split gives them
 Stats = nnx.State  # BatchNorm running statistics (nnx.BatchStat); empty for a model without
@@ -138,6 +138,16 @@ class ResidualBlock(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         out = self.conv2(nnx.relu(self.conv1(x)))
         return nnx.relu(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+def stem_and_blocks(spec: ResNetSpec | CenterNetSpec, dtype: jnp.dtype,
+                    rngs: nnx.Rngs) -> tuple[ConvNorm, nnx.List]:
+    """The ResNet's and the detector's feature extractor: the stem convolution and the residual
+    blocks of parbench.contract.spec.resnet_blocks, under the names the canonical weights use."""
+    stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec.norm, dtype, rngs)
+    blocks = nnx.List([ResidualBlock(c_in, c_out, stride, projection, spec.norm, dtype, rngs)
+                       for _, c_in, c_out, stride, projection in resnet_blocks(spec)])
+    return stem, blocks
 
 
 # --- canonical weights <-> a module's variables, by path: ("blocks", 0, "attn", "qkv",

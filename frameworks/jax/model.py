@@ -34,19 +34,17 @@ from parbench.contract.spec import (
     ResNetSpec,
     kind_of,
     parameters,
-    resnet_blocks,
 )
 from parbench.contract.weights import check_weights
 
 from .centernet import CenterNet
 from .gpt import GPT
 from .layers import (
-    ConvNorm,
     Params,
-    ResidualBlock,
     Stats,
     canonical_name,
     dense,
+    stem_and_blocks,
     to_canonical,
     to_flax,
 )
@@ -59,10 +57,7 @@ FLOAT32 = "float32"
 
 class ResNet(nnx.Module):
     def __init__(self, spec: ResNetSpec, dtype: jnp.dtype, rngs: nnx.Rngs):
-        norm = spec.norm
-        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, norm, dtype, rngs)
-        self.blocks = nnx.List([ResidualBlock(c_in, c_out, stride, projection, norm, dtype, rngs)
-                                for _, c_in, c_out, stride, projection in resnet_blocks(spec)])
+        self.stem, self.blocks = stem_and_blocks(spec, dtype, rngs)
         self.head = dense(spec.stage_channels[-1], spec.num_classes, dtype, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:

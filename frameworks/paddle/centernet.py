@@ -14,9 +14,9 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from parbench.contract.spec import CenterNetSpec, resnet_blocks
+from parbench.contract.spec import CenterNetSpec
 
-from .layers import Block, ConvNorm
+from .layers import ConvNorm, stem_and_blocks
 
 
 class Head(nn.Layer):
@@ -36,9 +36,7 @@ class CenterNet(nn.Layer):
     def __init__(self, spec: CenterNetSpec):
         super().__init__()
         # registered first: model.first_layer (the dtype probe) finds the stem convolution
-        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec)
-        self.blocks = nn.Sequential(*(Block(c_in, c_out, stride, proj, spec)
-                                      for _, c_in, c_out, stride, proj in resnet_blocks(spec)))
+        self.stem, self.blocks = stem_and_blocks(spec)
         # LayerDict keeps the insertion order: the heads' maps concatenate in spec.heads' order
         self.heads = nn.LayerDict({name: Head(spec.stage_channels[-1], maps, spec)
                                    for name, maps in spec.heads})

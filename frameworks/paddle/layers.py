@@ -10,7 +10,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from parbench.contract.spec import BatchNormSpec, CenterNetSpec, ResNetSpec
+from parbench.contract.spec import BatchNormSpec, CenterNetSpec, ResNetSpec, resnet_blocks
 
 Backbone = ResNetSpec | CenterNetSpec  # the specs whose convolutions these are
 
@@ -116,3 +116,12 @@ class Block(nn.Layer):
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         out = self.conv2(F.relu(self.conv1(x)))
         return F.relu(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+def stem_and_blocks(spec: Backbone) -> tuple[ConvNorm, nn.Sequential]:
+    """The ResNet's and the detector's feature extractor: the stem convolution and the residual
+    blocks of parbench.contract.spec.resnet_blocks, under the names the canonical weights use."""
+    stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec)
+    blocks = nn.Sequential(*(Block(c_in, c_out, stride, proj, spec)
+                             for _, c_in, c_out, stride, proj in resnet_blocks(spec)))
+    return stem, blocks

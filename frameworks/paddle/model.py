@@ -23,12 +23,11 @@ from parbench.contract.spec import (
     ResNetSpec,
     kind_of,
     parameters,
-    resnet_blocks,
 )
 
 from .centernet import CenterNet
 from .gpt import GPT
-from .layers import BatchNorm, Block, ConvNorm, SyncBatchNorm
+from .layers import BatchNorm, ConvNorm, SyncBatchNorm, stem_and_blocks
 from .vit import ViT
 
 # Paddle's name of a BatchNorm running statistic -> the canonical name
@@ -38,9 +37,7 @@ _STAT_NAMES = {"_mean": "running_mean", "_variance": "running_var"}
 class ResNet(nn.Layer):
     def __init__(self, spec: ResNetSpec):
         super().__init__()
-        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec)
-        self.blocks = nn.Sequential(*(Block(c_in, c_out, stride, proj, spec)
-                                      for _, c_in, c_out, stride, proj in resnet_blocks(spec)))
+        self.stem, self.blocks = stem_and_blocks(spec)
         self.head = nn.Linear(spec.stage_channels[-1], spec.num_classes)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parbench.contract.spec import CenterNetSpec, resnet_blocks
+from parbench.contract.spec import CenterNetSpec
 
-from .layers import Block, ConvNorm, RecordingModel, TorchBatchNorm
+from .layers import ConvNorm, RecordingModel, TorchBatchNorm, stem_and_blocks
 from .tfkeras import keras, tf
 
 
@@ -38,10 +38,7 @@ class Head(keras.layers.Layer):
 class CenterNet(RecordingModel):
     def __init__(self, spec: CenterNetSpec, sync_bn: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.stem = ConvNorm(spec.stem_channels, 3, 1, spec, sync_bn)
-        self.block_names = [name for name, *_ in resnet_blocks(spec)]
-        self.blocks = [Block(c_out, stride, projection, spec, sync_bn)
-                       for _, _, c_out, stride, projection in resnet_blocks(spec)]
+        self.stem, self.block_names, self.blocks = stem_and_blocks(spec, sync_bn)
         # a list, not a dict: the maps concatenate in spec.heads' order, whatever Keras' tracking
         # does with a dict's keys
         self.head_names = [name for name, _ in spec.heads]

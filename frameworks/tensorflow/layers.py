@@ -6,7 +6,7 @@ the residual Block.
 
 from __future__ import annotations
 
-from parbench.contract.spec import BatchNormSpec, CenterNetSpec, ResNetSpec
+from parbench.contract.spec import BatchNormSpec, CenterNetSpec, ResNetSpec, resnet_blocks
 
 from .runtime import SUM
 from .tfkeras import keras, tf
@@ -148,3 +148,13 @@ class Block(keras.layers.Layer):
         if self.shortcut is not None:
             named.update(self.shortcut.canonical_variables(f"{prefix}.shortcut"))
         return named
+
+
+def stem_and_blocks(spec: Backbone, sync_bn: bool) -> tuple[ConvNorm, list[str], list[Block]]:
+    """The ResNet's and the detector's feature extractor: the stem convolution, the canonical
+    names of the residual blocks of parbench.contract.spec.resnet_blocks, and the blocks."""
+    stem = ConvNorm(spec.stem_channels, 3, 1, spec, sync_bn)
+    layout = resnet_blocks(spec)
+    blocks = [Block(c_out, stride, projection, spec, sync_bn)
+              for _, _, c_out, stride, projection in layout]
+    return stem, [name for name, *_ in layout], blocks

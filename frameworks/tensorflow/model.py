@@ -31,12 +31,11 @@ from parbench.contract.spec import (
     Role,
     kind_of,
     parameters,
-    resnet_blocks,
 )
 
 from .centernet import CenterNet
 from .gpt import GPT
-from .layers import Block, ConvNorm, RecordingModel, TorchBatchNorm
+from .layers import RecordingModel, TorchBatchNorm, stem_and_blocks
 from .tfkeras import keras, tf
 from .vit import ViT
 
@@ -48,10 +47,7 @@ def _dense_variables(layer: keras.layers.Dense, prefix: str) -> dict:
 class ResNet(RecordingModel):
     def __init__(self, spec: ResNetSpec, sync_bn: bool = False, **kwargs):
         super().__init__(**kwargs)
-        self.stem = ConvNorm(spec.stem_channels, 3, 1, spec, sync_bn)
-        self.block_names = [name for name, *_ in resnet_blocks(spec)]
-        self.blocks = [Block(c_out, stride, projection, spec, sync_bn)
-                       for _, _, c_out, stride, projection in resnet_blocks(spec)]
+        self.stem, self.block_names, self.blocks = stem_and_blocks(spec, sync_bn)
         self.head = keras.layers.Dense(spec.num_classes)
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:

@@ -8,9 +8,9 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from parbench.contract.spec import CenterNetSpec, resnet_blocks
+from parbench.contract.spec import CenterNetSpec
 
-from .layers import Block, ConvNorm
+from .layers import ConvNorm, stem_and_blocks
 
 
 class Head(nn.Module):
@@ -29,9 +29,7 @@ class Head(nn.Module):
 class CenterNet(nn.Module):
     def __init__(self, spec: CenterNetSpec):
         super().__init__()
-        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec)
-        self.blocks = nn.Sequential(*(Block(c_in, c_out, stride, proj, spec)
-                                      for _, c_in, c_out, stride, proj in resnet_blocks(spec)))
+        self.stem, self.blocks = stem_and_blocks(spec)
         self.heads = nn.ModuleDict({name: Head(spec.stage_channels[-1], maps, spec)
                                     for name, maps in spec.heads})
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from parbench.contract.spec import CenterNetSpec, ResNetSpec
+from parbench.contract.spec import CenterNetSpec, ResNetSpec, resnet_blocks
 
 Backbone = ResNetSpec | CenterNetSpec  # the specs whose convolutions these are
 
@@ -36,3 +36,12 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.conv2(torch.relu(self.conv1(x)))
         return torch.relu(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+def stem_and_blocks(spec: Backbone) -> tuple[ConvNorm, nn.Sequential]:
+    """The ResNet's and the detector's feature extractor: the stem convolution and the residual
+    blocks of parbench.contract.spec.resnet_blocks, under the names the canonical weights use."""
+    stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec)
+    blocks = nn.Sequential(*(Block(c_in, c_out, stride, proj, spec)
+                             for _, c_in, c_out, stride, proj in resnet_blocks(spec)))
+    return stem, blocks

@@ -14,20 +14,18 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from parbench.contract.spec import MLPSpec, ModelSpec, ResNetSpec, kind_of, resnet_blocks
+from parbench.contract.spec import MLPSpec, ModelSpec, ResNetSpec, kind_of
 
 from .centernet import CenterNet
 from .gpt import GPT
-from .layers import Block, ConvNorm
+from .layers import stem_and_blocks
 from .vit import ViT
 
 
 class ResNet(nn.Module):
     def __init__(self, spec: ResNetSpec):
         super().__init__()
-        self.stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec)
-        self.blocks = nn.Sequential(*(Block(c_in, c_out, stride, proj, spec)
-                                      for _, c_in, c_out, stride, proj in resnet_blocks(spec)))
+        self.stem, self.blocks = stem_and_blocks(spec)
         self.head = nn.Linear(spec.stage_channels[-1], spec.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -215,11 +215,14 @@ def compiled_graphs() -> int:
 @torch.no_grad()
 def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, device: torch.device,
              precision: str, task_loss: TaskLoss) -> tuple[np.ndarray, float]:
-    """(the outputs the task scores, loss sum), in the run's precision."""
+    """(the outputs the task scores, loss sum), in the run's precision. The test set may be a
+    read-only memory map, which torch will not wrap (it warns, and writing would fault):
+    np.require copies only such an array."""
     model.eval()
-    labels = torch.from_numpy(y).to(device)
+    labels = torch.from_numpy(np.require(y, requirements="W")).to(device)
     with autocast(device, precision):  # the loss in it too, as in training
-        return task_loss.evaluation(model(torch.from_numpy(x).to(device)), labels)
+        rows = torch.from_numpy(np.require(x, requirements="W")).to(device)
+        return task_loss.evaluation(model(rows), labels)
 
 
 def synchronize(device: torch.device) -> None:
