@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from parbench.contract.detection_task import FIGURE_KEYS
 from parbench.results.accuracy_change import (
     CHANGE_COLUMNS,
     baseline_key,
+    change_grid,
     change_rows,
     summarise,
     verdict,
@@ -260,3 +262,34 @@ def test_a_language_model_is_judged_by_its_validation_loss():
                           *gpt("jax-pmap", 2, (2.1, 2.1, 2.1))])
     assert row["metric"] == "val loss" and row["change"] == pytest.approx(0.0)
     assert row["verdict"] == "within seed noise" and row["causes"] == "none"
+
+
+def detector(backend: str, devices: int, seed: int, f1: float) -> dict:
+    """A record of the detector whose every figure is ``f1``, but small recall 2 x ``f1``."""
+    metrics = {key: 2 * f1 if key == "recall_small" else f1 for key in FIGURE_KEYS}
+    return record(backend, devices, seed, model="centernet", dataset="faces",
+                  task="object-detection", metrics={**metrics, "final_loss": 1.0})
+
+
+def test_the_grid_places_each_detection_figure_by_split_and_size():
+    runs = [*(detector("torch-single", 1, s, f1) for s, f1 in enumerate((0.90, 0.92, 0.91))),
+            *(detector("torch-ddp", 2, s, f1) for s, f1 in enumerate((0.85, 0.86, 0.90)))]
+    headers, lines = change_grid(change_rows(runs))
+    assert headers[-4:] == ("figure", "all", "small", "large")
+    assert [line["figure"] for line in lines] == ["F1", "P", "R", "F1 shifted", "P shifted",
+                                                  "R shifted"]
+    f1, recall = lines[0], lines[2]
+    assert (f1["backend"], f1["devices"], f1["baseline"]) == ("torch-ddp", 2, "torch-single x1")
+    # median 0.86 against 0.91: -0.05, beyond the spread of 0.02
+    assert f1["all"] == f1["small"] == f1["large"] == "-0.050 (0.020) *"
+    # small recall: 1.72 against 1.82, spread 0.04
+    assert (recall["small"], recall["all"]) == ("-0.100 (0.040) *", "-0.050 (0.020) *")
+
+
+def test_the_grid_is_empty_for_a_task_without_one_and_says_an_unjudged_change():
+    assert change_grid(change_rows([*seeds("torch-single", 1, (0.8, 0.82, 0.81)),
+                                    *seeds("torch-ddp", 2, (0.7,) * 3)])) == ((), [])
+    runs = [*(detector("torch-single", 1, s, 0.9) for s in range(2)),
+            *(detector("torch-ddp", 2, s, 0.91) for s in range(3))]
+    (first, *_) = change_grid(change_rows(runs))[1]
+    assert first["all"] == "+0.010 (n/a)"  # 2 baseline seeds: no spread, no verdict

@@ -62,12 +62,19 @@ FIGURE_KEYS = tuple(figure_key(metric, size, split) for split in SPLITS for size
 
 
 def _quality() -> tuple[Quality, ...]:
+    """Every figure by split and size ("F1 small shifted"); in the grid of changes a row per
+    figure and split ("F1 shifted"), a column per size."""
     labels = {"precision": "P", "recall": "R", "f1": "F1", "ap50": "AP50"}
-    return tuple(Quality(f"{labels[metric]} {size}{' shifted' if split == 'shifted' else ''}",
-                         figure_key(metric, size, split), "fraction", "higher",
-                         judged=metric != "ap50")
-                 for split in SPLITS for size in SIZES for metric in FIGURES) + (
-        Quality("loss", "final_loss", "per image", "lower"),)
+    qualities = []
+    for split in SPLITS:
+        for size in SIZES:
+            for metric in FIGURES:
+                shifted = " shifted" if split == "shifted" else ""
+                qualities.append(Quality(
+                    f"{labels[metric]} {size}{shifted}", figure_key(metric, size, split),
+                    "fraction", "higher", judged=metric != "ap50",
+                    grid=(f"{labels[metric]}{shifted}", size)))
+    return (*qualities, Quality("loss", "final_loss", "per image", "lower"))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ class Quality:
     unit: str  # what it counts in ("" for a plain number)
     better: str | None  # "higher" or "lower"; None for a reference that is no result (a floor)
     judged: bool = False  # whether "did N devices change the result" judges its change
+    # (row, column) in that section's grid of changes, for a task with many judged figures
+    # (the detector's P, R, F1 by split x object size); None: the long table only
+    grid: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parbench.contract.tasks import task_of_model
 from parbench.run.modes import Modes, modes_of
 from parbench.run.registry import BACKENDS, FRAMEWORKS
 
@@ -197,6 +198,43 @@ def change_rows(records: list[dict]) -> list[dict[str, Cell]]:
             rows.append({**cells, **_metric_cells(metric, task.quality_columns[metric], runs,
                                                   baseline)})
     return [{column: row[column] for column in CHANGE_COLUMNS} for row in rows]
+
+
+GRID_CAPTION = "Changes at a glance"
+GRID_NOTE = ("Each cell: the change of the median against the 1-device baseline's and, in "
+             "brackets, the baseline's seed spread (max-min); * where the change is beyond it. "
+             "The next table has each figure's seeds, medians and causes.")
+GRID_KEY = ("backend", "devices", "launcher", "modes", "model", "dataset", "batch", "budget",
+            "baseline")  # a configuration's columns in the grid
+
+
+def _grid_cell(row: dict[str, Cell]) -> str:
+    if row["change"] is None:
+        return "n/a"
+    spread = "n/a" if row[f"baseline spread ({SPREAD})"] is None \
+        else f"{row[f'baseline spread ({SPREAD})']:.3f}"
+    beyond = " *" if row["verdict"] == "beyond seed noise" else ""
+    return f"{row['change']:+.3f} ({spread}){beyond}"
+
+
+def change_grid(rows: list[dict[str, Cell]]) -> tuple[tuple[str, ...], list[dict[str, Cell]]]:
+    """change_rows' figures that their task places in a grid (Quality.grid), one line per
+    configuration and grid row, a column per grid column (the detector: a line per figure and
+    split, a column per object size); ((), []) when no row's task has a grid."""
+    lines: dict[tuple, dict[str, Cell]] = {}
+    columns: dict[str, None] = {}
+    for row in rows:
+        grid = {q.column: q.grid for q in task_of_model(row["model"]).quality}[row["metric"]]
+        if grid is not None:
+            line, column = grid
+            key = (*(row[k] for k in GRID_KEY), line)
+            lines.setdefault(key, {**{k: row[k] for k in GRID_KEY}, "figure": line})
+            lines[key][column] = _grid_cell(row)
+            columns[column] = None
+    if not lines:
+        return (), []
+    headers = (*GRID_KEY, "figure", *columns)
+    return headers, [{h: cells.get(h) for h in headers} for cells in lines.values()]
 
 
 def change_summary(rows: list[dict[str, Cell]]) -> str | None:

@@ -19,6 +19,9 @@ from .accuracy_change import (
     CHANGE_COLUMNS,
     CHANGE_NOTE,
     CHANGE_SAID_ONCE,
+    GRID_CAPTION,
+    GRID_NOTE,
+    change_grid,
     change_rows,
     change_summary,
 )
@@ -297,8 +300,12 @@ def document(groups: list[Group],
             trade_line(*pair) for _, pairs in sharded for pair in pairs))
     changes = change_rows([r for g in groups for row in g.all_rows for r in row.runs])
     if change_summary(changes):  # second: the question people bring after "which is fastest"
+        grid_headers, grid = change_grid(changes)
+        glance = [_table(GRID_CAPTION, grid_headers, grid)] if grid else []
+        for table in glance:
+            table.notes.insert(0, GRID_NOTE)
         sections.insert(1, Section("Did N devices change the result", None, [
-            _table("Quality at N devices against 1 device", CHANGE_COLUMNS, changes)],
+            *glance, _table("Quality at N devices against 1 device", CHANGE_COLUMNS, changes)],
             [CHANGE_NOTE]))
         sections[0].notes.append(change_summary(changes))
     _add_time_to_target(sections, [r for g in groups for row in g.all_rows for r in row.runs])
