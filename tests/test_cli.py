@@ -205,7 +205,7 @@ def resolved(*argv: str):
     (["--optimizer", "adamw", "--eps", "inf"], "--eps must be a finite number, got inf"),
     (["--grad-accum", "0"], "--grad-accum must be at least 1, got 0"),
     (["--model", "mlp", "--sync-bn"],
-     "--sync-bn needs a model with BatchNorm (resnet), this one has none"),
+     "--sync-bn needs a model with BatchNorm; this one has none"),
     (["--train-subset", "0"], "--train-subset must be positive, got 0"),
     (["--node-rank", "-1"], "--node-rank must be 0 or more, got -1"),
 ])

@@ -266,7 +266,7 @@ def input_problem(modes: Modes, has_batchnorm: bool, per_device_batch: int) -> s
         if problem:
             return problem
     if modes.sync_bn and not has_batchnorm:
-        return "--sync-bn needs a model with BatchNorm (resnet), this one has none"
+        return "--sync-bn needs a model with BatchNorm; this one has none"
     if modes.loader_workers and modes.input != "native":
         return "--loader-workers needs --input native (the arrays feed has no loader)"
     if per_device_batch % modes.grad_accum:
