@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from conftest import needs, parbench, records_in, shared_result
 from parbench.base.devices import gpu_count
 from parbench.cli.explain import Variant, baseline_config, switched_off
 from parbench.cli.explain_table import explain_lines, explain_table
-from parbench.launch.config import RunConfig
+from parbench.launch.config import RunConfig, resolve
 from parbench.results.causes import known_causes
 
 
@@ -72,6 +73,19 @@ def test_the_baseline_keeps_the_modes_that_mean_something_on_one_device():
     baseline = baseline_config(given)
     assert (baseline.backend, baseline.devices, baseline.launcher) == ("torch-single", 1, None)
     assert baseline.modes.changed() == {"compile": True} and baseline.global_batch == 64
+
+
+@pytest.mark.parametrize("batch,lr", [({"per_device_batch": 32}, 0.001),
+                                      ({"global_batch": 64}, 0.002)])
+def test_the_baseline_runs_the_lr_linear_scaling_gives_one_device_unscaled(batch, lr):
+    """lr x batch / 128 on one device: 0.004 x 32 / 128 with a per-device batch, x 64 / 128
+    with the global batch, which one device holds whole."""
+    given = RunConfig.of(backend="torch-ddp", devices=2, lr=0.004, lr_scaling="linear",
+                         steps=4, **batch)
+    baseline = baseline_config(given)
+    assert (baseline.lr_scaling, baseline.lr) == ("none", pytest.approx(lr))
+    assert resolve(baseline).optimizer.lr == resolve(replace(baseline, lr_scaling="linear",
+                                                             lr=0.004)).optimizer.lr
 
 
 def test_switching_off_sets_the_options_the_cause_names():

@@ -124,12 +124,18 @@ def _ablation(args: argparse.Namespace) -> Ablation:
 
 def baseline_config(given: RunConfig) -> RunConfig:
     """The framework's single backend on one device, with the modes of ``given`` that mean
-    something there (not --sync-bn, nor a sharded backend's own)."""
+    something there (not --sync-bn, nor a sharded backend's own). --lr-scaling linear becomes
+    the lr it gives one device, unscaled: the same training, and the same configuration as a
+    plain 1-device run of that lr, whose record --resume can take."""
     single = BACKENDS[BACKENDS[given.backend].info.single]
     modes = {name: getattr(given.modes, name) if mode.matters_on_one_device and (
         mode.applies is None or mode.applies(single)) else mode.default
         for name, mode in MODES.items()}
-    return replace(given, backend=single.name, devices=1, launcher=None, modes=Modes(**modes))
+    baseline = replace(given, backend=single.name, devices=1, launcher=None,
+                       modes=Modes(**modes))
+    if given.lr_scaling == "none":
+        return baseline
+    return replace(baseline, lr=resolve(baseline).optimizer.lr, lr_scaling="none")
 
 
 def switched_off(given: RunConfig, cause: Cause) -> Variant:
