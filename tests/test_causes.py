@@ -293,3 +293,17 @@ def test_the_grid_is_empty_for_a_task_without_one_and_says_an_unjudged_change():
             *(detector("torch-ddp", 2, s, 0.91) for s in range(3))]
     (first, *_) = change_grid(change_rows(runs))[1]
     assert first["all"] == "+0.010 (n/a)"  # 2 baseline seeds: no spread, no verdict
+
+
+def test_runs_with_and_without_lr_scaling_are_two_configurations_of_one_baseline():
+    """explain's 'as given' (lr scaled to 0.05 for 2 x 32 rows) and 'lr-scaling off' (the
+    1-device lr 0.025) share their baseline, not their row."""
+    grown = {"batch_mode": "per-device", "global_batch": 64, "per_device_batch": 32}
+    runs = [*seeds("torch-single", 1, (0.80, 0.82, 0.81), **{**grown, "global_batch": 32},
+                   lr=0.025),
+            *seeds("torch-ddp", 2, (0.70,) * 3, **grown, lr_scaling="linear", lr=0.05),
+            *seeds("torch-ddp", 2, (0.60,) * 3, **grown, lr=0.025)]
+    accuracy = [row for row in change_rows(runs) if row["metric"] == "accuracy"]
+    assert [(row["lr"], row["median"], row["baseline"]) for row in accuracy] == [
+        ("0.025", pytest.approx(0.6), "torch-single x1"),
+        ("0.05 (linear scaling)", pytest.approx(0.7), "torch-single x1")]

@@ -26,11 +26,11 @@ Cell = str | int | float | None
 MIN_SEEDS = 3
 SPREAD = "max-min"  # of the per-seed medians
 CHANGE_COLUMNS = ("backend", "devices", "launcher", "modes", "model", "dataset", "batch",
-                  "budget", "runs ok", "seeds", "metric", "median", "baseline", "baseline seeds",
+                  "lr", "budget", "runs ok", "seeds", "metric", "median", "baseline", "baseline seeds",
                   "baseline median", "change", f"baseline spread ({SPREAD})", "verdict",
                   "causes")
 # the configuration's columns that a report's table usually holds one value of
-CHANGE_SAID_ONCE = ("modes", "model", "dataset", "batch", "budget")
+CHANGE_SAID_ONCE = ("modes", "model", "dataset", "batch", "lr", "budget")
 CHANGE_NOTE = (
     "Each N-device configuration (everything a run fixes but the seed) against its 1-device "
     "baseline: the framework's single backend with the same model, data, 1-device batch, "
@@ -116,6 +116,7 @@ class Configuration:
     modes: Modes
     batch_mode: str
     global_batch: int
+    lr: float  # the lr it ran: one baseline (spec) holds runs with and without lr scaling
     spec: tuple  # baseline_key
 
 
@@ -123,7 +124,7 @@ def configuration(record: dict) -> Configuration:
     """The configuration a record's run belongs to."""
     return Configuration(record["backend"], record["world_size"], record["launcher"],
                          nodes_of(record), modes_of(record), record["batch_mode"],
-                         record["global_batch"], baseline_key(record))
+                         record["global_batch"], record["lr"], baseline_key(record))
 
 
 def find_baseline(config: Configuration,
@@ -145,7 +146,7 @@ def _order(config: Configuration) -> tuple:
     known = list(BACKENDS)
     return (known.index(config.backend) if config.backend in known else len(known),
             config.backend, config.nodes, config.devices, config.launcher, config.modes.label,
-            str(config.spec), config.batch_mode, config.global_batch)
+            str(config.spec), config.batch_mode, config.global_batch, config.lr)
 
 
 def _config_cells(config: Configuration, runs: list[dict]) -> dict[str, Cell]:
@@ -156,9 +157,10 @@ def _config_cells(config: Configuration, runs: list[dict]) -> dict[str, Cell]:
     batch = f"global {config.global_batch}" if config.batch_mode == "global" else \
         f"per-device {first['per_device_batch']} (global {config.global_batch})"
     causes = known_causes(ok[0]) if ok else []
+    scaled = " (linear scaling)" if first["lr_scaling"] == "linear" else ""
     return {"backend": config.backend, "devices": devices, "launcher": config.launcher,
             "modes": config.modes.label, "model": first["model"], "dataset": first["dataset"],
-            "batch": batch,
+            "batch": batch, "lr": f"{first['lr']:.4g}{scaled}",
             # as the user set it (a task's recipe fills in epochs); else the version's default,
             # which the record does not hold (its steps are those run: a target stops early)
             "budget": f"{budget['epochs']} epochs" if budget.get("epochs")
@@ -204,8 +206,8 @@ GRID_CAPTION = "Changes at a glance"
 GRID_NOTE = ("Each cell: the change of the median against the 1-device baseline's and, in "
              "brackets, the baseline's seed spread (max-min); * where the change is beyond it. "
              "The next table has each figure's seeds, medians and causes.")
-GRID_KEY = ("backend", "devices", "launcher", "modes", "model", "dataset", "batch", "budget",
-            "baseline")  # a configuration's columns in the grid
+GRID_KEY = ("backend", "devices", "launcher", "modes", "model", "dataset", "batch", "lr",
+            "budget", "baseline")  # a configuration's columns in the grid
 
 
 def _grid_cell(row: dict[str, Cell]) -> str:
