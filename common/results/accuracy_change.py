@@ -26,9 +26,9 @@ Cell = str | int | float | None
 MIN_SEEDS = 3
 SPREAD = "max-min"  # of the per-seed medians
 CHANGE_COLUMNS = ("backend", "devices", "launcher", "modes", "model", "dataset", "batch",
-                  "lr", "budget", "runs ok", "seeds", "metric", "median", "baseline", "baseline seeds",
-                  "baseline median", "change", f"baseline spread ({SPREAD})", "verdict",
-                  "causes")
+                  "lr", "budget", "runs ok", "seeds", "metric", "median", "baseline",
+                  "baseline seeds", "baseline median", "change", f"baseline spread ({SPREAD})",
+                  "verdict", "causes")
 # the configuration's columns that a report's table usually holds one value of
 CHANGE_SAID_ONCE = ("modes", "model", "dataset", "batch", "lr", "budget")
 CHANGE_NOTE = (
