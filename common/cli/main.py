@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(the transformer, AdamW with gradient clipping) or gpt (the causal "
                         "language model on the synthetic language, AdamW, clipping, "
                         "warmup-cosine) or centernet (the detector on the faces: plain SGD "
-                        "against torch, AdamW on N devices against one)")
+                        "across frameworks, AdamW on N devices against one)")
     parity.add_argument("--compile", action="store_true",
                         help="instead: each single backend (and --strategies on 2 devices) "
                         "compiled against eager, 10 steps")
