@@ -16,7 +16,8 @@ SCRIPT = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.5)  # the handler runs here, inside __del__, and its exception is dropped
 
-    handle_termination()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal: a background job starts
+    handle_termination()                          # with SIGINT ignored, which stays ignored
     SignalledWhileCollected()
     print("went on after the signal", flush=True)
     try:
