@@ -87,9 +87,9 @@ FAMILIES = {
     # plain SGD at lr 1e-4 instead, each update -lr x the batch's gradient, with no optimizer
     # state to amplify a rounding (AdamW's first step moves every element by about lr whatever
     # its gradient's size: there tf-single ended 2.5e-2 from torch-single), and final weights
-    # held to 1e-2, not 1e-4. About one ReLU input per step, of 1.6 million, lies within
-    # float32 rounding of 0, and its side moves a conv bias's gradient (a sum over up to 65,536
-    # positions whose terms cancel 4- to 13-fold) by up to 3e-3. Measured on the first batch,
+    # held to 1e-2, not 1e-4. One or two ReLU inputs per step, of 2.5 million, lie within
+    # float32 rounding of 0, and each one's side moves a conv bias's gradient (a sum over up
+    # to 65,536 positions whose terms cancel 4- to 13-fold) by up to 3e-3. On the first batch,
     # eagerly: torch float32 puts 2 inputs on the other side of 0 than float64, which moves the
     # stem's bias gradient by 1.9e-3 and blocks.2.conv1's by 3.0e-3. Which side each framework's
     # rounding lands on is its kernels' and the machine's: tf-single ends 3.6e-4 from
