@@ -51,6 +51,24 @@ def test_first_failure_is_the_earliest_nonzero_report(tmp_path):
     assert how(17) == "exit code 17" and how(-signal.SIGTERM) == "killed by SIGTERM"
 
 
+def test_a_rank_that_raised_failed_when_it_wrote_its_traceback(tmp_path):
+    """As CI once saw under paddle-spawn: rank 1 raised, its teardown closed its sockets and
+    rank 0 aborted on the lost connection, then exited before rank 1 finished exiting."""
+    from types import SimpleNamespace
+
+    from parbench.run.job import write_error
+
+    try:
+        raise RuntimeError("injected fault on rank 1 at step 2")
+    except RuntimeError:
+        write_error(SimpleNamespace(path=tmp_path), "rank 1")
+    write_exit(tmp_path, 0, 100, -signal.SIGABRT)
+    write_exit(tmp_path, 1, 101, 1)
+    assert first_failure(tmp_path).startswith("rank 1 (pid 101 on ")
+    assert first_failure(tmp_path).endswith(
+        "died first: exit code 1; it raised RuntimeError: injected fault on rank 1 at step 2")
+
+
 def test_no_failure_when_every_rank_exited_zero(tmp_path):
     write_exit(tmp_path, 0, 100, 0)
     assert first_failure(tmp_path) is None

@@ -11,14 +11,25 @@ from parbench.run.process import how
 
 
 def _failures(workdir: Path) -> list[dict]:
-    """The exit reports of the ranks that failed, earliest first."""
+    """The exit reports of the ranks that failed, earliest failure first. A rank that raised
+    failed when it wrote its traceback, not when it exited: its teardown closes its sockets
+    first, and a peer that aborts on the lost connection can exit before it does."""
     reports = []
     for path in (Path(workdir) / "exits").glob("rank*.json"):
         try:
             reports.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-    return sorted((r for r in reports if r["returncode"] != 0), key=lambda r: r["time"])
+    failed = [r for r in reports if r["returncode"] != 0]
+    for report in failed:
+        report["time"] = min([report["time"], *_raised_at(Path(workdir), report["rank"])])
+    return sorted(failed, key=lambda r: r["time"])
+
+
+def _raised_at(workdir: Path, rank: int) -> list[float]:
+    """When that rank wrote its tracebacks (parbench.run.job.write_error names them by time)."""
+    return [float(path.name.split("-", 1)[0])
+            for path in (workdir / "errors").glob(f"*-rank {rank}.txt")]
 
 
 def first_failure_time(workdir: Path) -> float | None:
