@@ -18,6 +18,7 @@ from parbench.base.files import private_tempdir, write_atomic
 from parbench.base.options import add_flags
 from parbench.launch.checkin import NodeFailure
 from parbench.launch.harness import Keep, Prepared, execute, prepare, run_once
+from parbench.launch.lifetime import raise_if_stopping
 from parbench.launch.options import NODES, OPTIONS, RunConfig, read_config_file
 from parbench.launch.slurm import DEFAULT_MASTER_PORT, slurm_node
 from parbench.results.records import probe_file, probe_folder, save_record
@@ -148,6 +149,7 @@ def _run_repeats(prepared: Prepared, keep: Keep) -> tuple[list[dict], list[str]]
             unsaved += _save_profile(path.with_name(record["profile"]["file"]), outcome.profile)
         records.append(record)
         unsaved += [problem] if problem else []
+        raise_if_stopping()  # a preempted run's record is saved: now end as the signal asked
     return records, unsaved
 
 

@@ -15,6 +15,8 @@ from parbench.contract.tasks import TASKS, Target, Task, task_of_dataset, task_o
 from parbench.run.modes import Modes, input_problem, refusal
 from parbench.run.registry import BACKENDS, Backend
 
+from .checkpoints import Resume
+from .checkpoints import check_options as check_checkpoints
 from .netns import private_network_unavailable
 from .nodes import Nodes, NodesError, resolve_nodes
 from .options import DEFAULT_EPOCHS, OPTIONS, RunConfig
@@ -44,6 +46,8 @@ class Plan:
     nodes: Nodes | None = None  # a multi-node run's settings; None on one machine
     target: Target | None = None  # --target's figure: the run stops when it reaches the value
     eval_every: int | None = None  # steps between evaluations (None: at every epoch's end)
+    checkpoint_every: int | None = None  # --checkpoint-every (parbench.run.checkpoint)
+    resume: Resume | None = None  # the checkpoint it resumes from, checked (set by prepare)
 
     @property
     def nnodes(self) -> int:
@@ -185,6 +189,7 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
         raise Unavailable(f"{backend.name} has no launcher {launcher!r}"
                          f"{f' ({why})' if why else ''}; it supports "
                          f"{', '.join(backend.launchers)}")
+    check_checkpoints(cfg, backend)
     if cfg.profile and backend.profile_refusal:
         raise Unavailable(f"--profile is not available for {backend.name}: "
                          f"{backend.profile_refusal}")
@@ -211,7 +216,7 @@ def resolve(cfg: RunConfig, train_size: int | None = None) -> Plan:
     optimizer = _optimizer(cfg, global_batch)
     plan = Plan(backend, launcher, world, global_batch, per_device, mode, cfg.steps or 0, epochs,
                 threads, optimizer, _isolation(cfg.isolate_network, nodes), cfg.profile, modes,
-                nodes, _target(cfg), cfg.eval_every)
+                nodes, _target(cfg), cfg.eval_every, cfg.checkpoint_every)
     return plan if train_size is None else sized(plan, cfg, train_size)
 
 

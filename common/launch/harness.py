@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from parbench.base.errors import UsageError
@@ -28,6 +29,7 @@ from parbench.run.profiling import window
 from parbench.run.registry import LAUNCHERS
 
 from .checkin import CheckIn, NodeFailure, check_in
+from .checkpoints import check_checkpoint_dir, job_checkpoints, preempted, resume_point
 from .config import Plan, RunConfig, optimizer_settings, resolve, sized
 from .exits import first_failure_time
 from .load import LoadSample, load_env
@@ -81,7 +83,9 @@ def run_variant(plan: Plan) -> dict:
     changed = plan.modes.changed()
     return {"threads": plan.threads, "nnodes": plan.nnodes,
             **({"profile": True} if plan.profile else {}),
-            **({"modes": changed} if changed else {})}
+            **({"modes": changed} if changed else {}),
+            **({"checkpoint_every": plan.checkpoint_every} if plan.checkpoint_every else {}),
+            **({"resumed_at": plan.resume.step} if plan.resume else {})}
 
 
 def kept_record(out: Path, prepared: Prepared, repeat: int) -> dict | None:
@@ -116,10 +120,13 @@ def prepare(cfg: RunConfig, shared: Path, plan: Plan | None = None) -> Prepared:
         spec = task.spec_for(cfg.model, dataset.input_shape, cfg.model_sizes())
     except ValueError as err:
         raise UsageError(str(err)) from None
+    digest = spec_hash(spec, dataset, plan, cfg)
+    plan = replace(plan, resume=resume_point(cfg, plan.backend, digest, plan.total_steps))
+    check_checkpoint_dir(cfg, digest)
     (shared / "data").mkdir(parents=True, exist_ok=True)
     dataset.save(shared / "data")
     save_weights(shared / "weights.npz", initial_weights(spec, cfg.seed))
-    return Prepared(cfg, plan, dataset, task, spec, spec_hash(spec, dataset, plan, cfg), shared)
+    return Prepared(cfg, plan, dataset, task, spec, digest, shared)
 
 
 def load_data(cfg: RunConfig) -> Dataset:
@@ -172,7 +179,8 @@ class Keep:
                 write_atomic(path, json.dumps(found[split]).encode())
 
 
-def _job(prepared: Prepared, workdir: Path, keep: Keep, checked_in: CheckIn | None) -> Job:
+def _job(prepared: Prepared, workdir: Path, keep: Keep, checked_in: CheckIn | None,
+         run_id: str) -> Job:
     plan, cfg = prepared.plan, prepared.cfg
     return Job(backend=cfg.backend, launcher=plan.launcher, world_size=plan.world_size,
                threads=plan.threads, model=spec_dict(prepared.spec), dataset=cfg.dataset,
@@ -188,7 +196,9 @@ def _job(prepared: Prepared, workdir: Path, keep: Keep, checked_in: CheckIn | No
                nnodes=plan.nnodes,
                node_rank=plan.nodes.node_rank if plan.nodes else 0,
                cluster=checked_in.workers()
-               if checked_in and LAUNCHERS[plan.launcher].worker_ports else None)
+               if checked_in and LAUNCHERS[plan.launcher].worker_ports else None,
+               checkpoints=job_checkpoints(cfg, plan.backend, plan.resume, run_id,
+                                           prepared.spec_sha256))
 
 
 def _profile_steps(prepared: Prepared) -> list[int] | None:
@@ -212,6 +222,7 @@ class Execution:
     load: dict  # load_env() over the run
     workdir: Path
     diverged: dict | None = None  # where the loss stopped being finite (metrics.divergence)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the record's
 
 
 def execute(prepared: Prepared, workdir: Path, repeat: int,
@@ -220,15 +231,15 @@ def execute(prepared: Prepared, workdir: Path, repeat: int,
     with the other nodes first (NodeFailure on a member that cannot reach node 0; on node 0 a
     node that never came is a failed run) and decides its status with them at the end."""
     plan = prepared.plan
-    before, launch = LoadSample.now(), time.time()
+    before, launch, run_id = LoadSample.now(), time.time(), uuid.uuid4().hex
     try:
         link, checked_in = _check_in(prepared, repeat)
     except NodeFailure as err:
         if plan.nodes.node_rank:
             raise
         return Execution("failed", str(err), None, launch, time.time() - launch,
-                         load_env(before, LoadSample.now()), workdir)
-    job_path = _job(prepared, workdir, keep, checked_in).save()
+                         load_env(before, LoadSample.now()), workdir, run_id=run_id)
+    job_path = _job(prepared, workdir, keep, checked_in, run_id).save()
     launcher = LAUNCHERS[plan.launcher]
     status, code = supervise(launcher.command(job_path, plan.devices_per_node, plan.nodes),
                              plan, prepared.cfg, workdir, link)
@@ -243,10 +254,13 @@ def execute(prepared: Prepared, workdir: Path, repeat: int,
     if diverged:
         status, error = "diverged", (f"diverged at step {diverged['step']}: rank "
                                      f"{diverged['rank']}'s loss was {diverged['loss']}")
+    elif logs and logs[0].preempted_step is not None:
+        status, error = "preempted", preempted(logs[0], prepared.cfg.checkpoint_dir)
     if link:
         status, error = link.finish(status, error, first_failure_time(workdir))
-    kept = logs if status in ("ok", "diverged") else None  # a diverged run ran: its facts stay
-    return Execution(status, error, kept, launch, duration, load, workdir, diverged)
+    # a diverged or preempted run ran: its facts stay
+    kept = logs if status in ("ok", "diverged", "preempted") else None
+    return Execution(status, error, kept, launch, duration, load, workdir, diverged, run_id)
 
 
 def _ranks_here(plan: Plan) -> range:

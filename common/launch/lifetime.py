@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psutil
 
@@ -52,6 +54,7 @@ def become_subreaper() -> None:
 
 # The signal that asked this process to stop, once one has (handle_termination).
 _received: list[int] = []
+_deferred: list[bool] = []  # while not empty, a stop is noted but not raised (stops_deferred)
 
 
 def _stop_exception(signum: int) -> KeyboardInterrupt:
@@ -67,7 +70,8 @@ def handle_termination() -> None:
         if _received:
             return
         _received.append(signum)
-        raise _stop_exception(signum)
+        if not _deferred:
+            raise _stop_exception(signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -81,6 +85,27 @@ def raise_if_stopping() -> None:
     signals, so without this check a loop would run to its end after a Ctrl-C."""
     if _received:
         raise _stop_exception(_received[0])
+
+
+@contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Within it, a stop signal is noted (``stop_signal``) instead of raised: the caller ends
+    what it runs in its own way first (a checkpointing run writes its last checkpoint)."""
+    _deferred.append(True)
+    try:
+        yield
+    finally:
+        _deferred.pop()
+
+
+def stop_signal() -> int | None:
+    """The signal that asked this process to stop, or None."""
+    return _received[0] if _received else None
+
+
+def raise_stop() -> None:
+    """Raise the stop exception of the signal that came (within stops_deferred too)."""
+    raise _stop_exception(_received[0])
 
 
 class ProcessTree:

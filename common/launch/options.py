@@ -140,6 +140,16 @@ _RUN = (
     Option("train_subset", int, help="train on the first N training samples (an uneven size "
            "shows how each loader handles a tail)", bounds=POSITIVE, metavar="N", inputs=True),
 )
+_CHECKPOINTS = (  # parbench.run.checkpoint
+    Option("checkpoint_every", int, help="write the full training state every N steps, in the "
+           "framework's own format, to --checkpoint-dir's step-N", bounds=AT_LEAST_ONE,
+           metavar="N", commands=("run",)),
+    Option("checkpoint_dir", str, help="the folder of --checkpoint-every's checkpoints",
+           metavar="DIR", commands=("run",)),
+    Option("resume_from", str, help="continue the run a checkpoint was written by: DIR/step-N, "
+           "or DIR for its latest; same model, data, batch, steps, optimizer and seed",
+           metavar="DIR", commands=("run",)),
+)
 _NODES = (  # parbench.launch.nodes, docs/multinode.md; a config file may hold them for compare
     Option("nnodes", int, 1, "machines in the run (1)", bounds=AT_LEAST_ONE,
            commands=("run",), section=NODES),
@@ -173,7 +183,7 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            bounds=AT_LEAST_ONE, commands=()),
     Option("launcher", str, help=_launcher_help()),
     *_DATA, *MODEL_OPTIONS[:1], *task_options(), *MODEL_OPTIONS[1:], *_BUDGET,
-    *OPTIMIZER_OPTIONS, *_RUN, *_NODES)}
+    *OPTIMIZER_OPTIONS, *_RUN, *_CHECKPOINTS, *_NODES)}
 
 
 class _RunConfigMethods:

@@ -5,7 +5,6 @@ file; ``records.write_record`` validates the record when it is written."""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Protocol
@@ -19,6 +18,7 @@ from parbench.results.utilisation import flops_metrics, peak_threads
 from parbench.run.loop import RankLog
 from parbench.run.profiling import document, summary
 
+from .checkpoints import record_fields as checkpoint_fields
 from .config import Plan, RunConfig
 from .envinfo import machine_env
 from .supervise import allocator_env
@@ -35,6 +35,7 @@ class Ran(Protocol):
     duration: float
     load: dict
     diverged: dict | None
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def _record(parts: Parts) -> dict:
     framework_env = _framework_env(parts)
     extra = {k: v for k, v in described.items() if k not in framework_env and k != "notes"}
     return {
-        "schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex,
+        "schema_version": SCHEMA_VERSION, "run_id": run.run_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "backend": cfg.backend, "framework": plan.backend.framework,
         "strategy": plan.backend.strategy, "launcher": plan.launcher,
@@ -135,7 +136,7 @@ def _record(parts: Parts) -> dict:
         **({"sweep": parts.sweep} if parts.sweep else {}), "global_batch": plan.global_batch,
         "per_device_batch": plan.per_device_batch, "batch_mode": plan.batch_mode,
         "lr": plan.optimizer.lr, "lr_scaling": cfg.lr_scaling,
-        "steps": len(logs[0].step_s) if run.status == "ok" else plan.total_steps,
+        "steps": len(logs[0].step_s) if run.status in ("ok", "preempted") else plan.total_steps,
         "optimizer": plan.optimizer.as_dict(), "dataset": cfg.dataset,
         "task": parts.task.name, "model": cfg.model, "spec_sha256": parts.spec_sha256,
         "config": cfg.as_dict(), "variant": parts.variant, "modes": plan.modes.as_dict(),
@@ -145,4 +146,5 @@ def _record(parts: Parts) -> dict:
                 **run.load},
         "duration_s": run.duration, "notes": described.get("notes", []),
         **({"diverged": run.diverged} if run.diverged else {}),
+        **checkpoint_fields(plan, logs, cfg.checkpoint_dir),
     }

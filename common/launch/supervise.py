@@ -9,22 +9,26 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
 
+from parbench.base.files import write_atomic
+from parbench.run.job import STOP_FILE
 from parbench.run.process import die_with_parent, how, write_exit
 
 from .config import Plan, RunConfig
 from .exits import first_failure
-from .lifetime import ProcessTree, raise_if_stopping
+from .lifetime import ProcessTree, raise_if_stopping, raise_stop, stop_signal, stops_deferred
 from .netns import enter_private_network
 from .nodes import interface_env
 from .nodewatch import Link
 
 ERROR_TAIL_CHARS = 4000
 POLL_S = 0.2
+GRACE_S = 60.0  # a stopped checkpointing run's time to write its last checkpoint and end
 
 
 # Variables the launchers set themselves; one inherited from the user's shell would silently
@@ -79,7 +83,9 @@ def supervise(cmd: list[str], plan: Plan, cfg: RunConfig, workdir: Path, link: L
               ) -> tuple[str, int | None]:
     """Run ``cmd`` to completion or timeout, with a progress bar; ('ok'|'failed'|'timeout', rc).
     A multi-node run also ends when ``link`` says another node failed (link.problem says how).
-    However it ends (an exception included: Ctrl-C, SIGTERM), no process of the run survives."""
+    A stop signal (Ctrl-C, SIGTERM) to a checkpointing run asks its workers to write a last
+    checkpoint and end (see Preemption); however the run ends (an exception included), no
+    process of it survives."""
     total = plan.total_steps
     bar = tqdm(total=total, desc=cfg.backend, unit="step", leave=False,
                disable=not sys.stderr.isatty())
@@ -91,16 +97,21 @@ def supervise(cmd: list[str], plan: Plan, cfg: RunConfig, workdir: Path, link: L
                                 env=worker_env(plan, cfg.verbose),
                                 preexec_fn=setup)
     tree = ProcessTree(proc.pid)
+    preemption = Preemption(workdir) if plan.checkpoint_every else None
     try:
-        while proc.poll() is None:
-            raise_if_stopping()
-            if time.monotonic() > deadline:
-                return "timeout", None
-            tree.refresh()
-            _show_progress(bar, workdir / "progress.json")
-            if link and link.watch(bar.n):
-                return "failed", None
-            time.sleep(POLL_S)
+        with stops_deferred() if preemption else nullcontext():
+            while proc.poll() is None:
+                if preemption:
+                    preemption.check()
+                else:
+                    raise_if_stopping()
+                if time.monotonic() > deadline:
+                    return "timeout", None
+                tree.refresh()
+                _show_progress(bar, workdir / "progress.json")
+                if link and link.watch(bar.n):
+                    return "failed", None
+                time.sleep(POLL_S)
         if plan.launcher == "python":  # the worker is our child: we saw how it ended
             write_exit(workdir, 0, proc.pid, proc.returncode)
         return ("ok" if proc.returncode == 0 else "failed"), proc.returncode
@@ -108,6 +119,25 @@ def supervise(cmd: list[str], plan: Plan, cfg: RunConfig, workdir: Path, link: L
         tree.kill()
         proc.wait()
         bar.close()
+
+
+class Preemption:
+    """A stop signal to a run that writes checkpoints: the harness asks the workers to stop
+    (the job's STOP_FILE); they agree on a step, write a checkpoint after it and end as usual,
+    their logs saying where they stopped (RankLog.preempted_step), and the record's status is
+    ``preempted``. A run that has not ended GRACE_S after the signal is stopped like any other."""
+
+    def __init__(self, workdir: Path):
+        self.workdir, self.deadline = workdir, None
+
+    def check(self) -> None:
+        if stop_signal() is None:
+            return
+        if self.deadline is None:
+            write_atomic(self.workdir / STOP_FILE, str(stop_signal()).encode())
+            self.deadline = time.monotonic() + GRACE_S
+        elif time.monotonic() > self.deadline:
+            raise_stop()
 
 
 def _show_progress(bar: tqdm, path: Path) -> None:

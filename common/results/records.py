@@ -50,7 +50,7 @@ SCHEMA["properties"]["task"] = {"enum": list(TASKS)}
 SCHEMA["allOf"] += record_rules()  # each task's metrics, as the task declares them
 SCHEMA["properties"]["modes"], _MODE_RULES = modes_schema(SCHEMA_VERSION)  # from MODES
 SCHEMA["allOf"] += _MODE_RULES
-STATUSES = ("ok", "failed", "timeout", "diverged")
+STATUSES = ("ok", "failed", "timeout", "diverged", "preempted")
 BUSY_LOAD_PER_CORE = 0.5  # a run that starts with more load than this per core is noisy
 # Where a record goes when --out cannot take it: /dev/shm is memory, so a full disk does not
 # stop it.

@@ -13,9 +13,11 @@ from parbench.contract.optim import OptimizerSpec
 from parbench.contract.spec import ModelSpec, spec_from_dict
 from parbench.contract.tasks import TASKS, Task
 
+from .checkpoint import Checkpoints
 from .modes import Modes
 
 PREDICTIONS_FILE = "predictions.json"  # in the workdir: the last evaluation's predictions
+STOP_FILE = "stop"  # in the workdir: the harness asks a checkpointing run to stop (preemption)
 FAULT_ENV = "PARBENCH_TEST_FAULT"  # test-only: "crash|exit|hang|kill|stop:RANK:STEP" breaks a rank
 
 
@@ -49,6 +51,7 @@ class Job:
     nnodes: int = 1  # a multi-node run: world_size counts every node's devices
     node_rank: int = 0
     cluster: list[str] | None = None  # tf-config on several nodes: every worker's HOST:PORT
+    checkpoints: dict | None = None  # asdict(parbench.run.checkpoint.Checkpoints), if any
 
     @property
     def first_rank(self) -> int:
@@ -66,6 +69,15 @@ class Job:
     @property
     def optimizer_spec(self) -> OptimizerSpec:
         return OptimizerSpec(**self.optimizer)
+
+    @property
+    def checkpoint_plan(self) -> Checkpoints | None:
+        return None if self.checkpoints is None else Checkpoints(**self.checkpoints)
+
+    @property
+    def stop_asked(self) -> bool:
+        """Whether the harness asked this run to stop (STOP_FILE): a signal came to it."""
+        return (self.path / STOP_FILE).exists()
 
     @property
     def path(self) -> Path:

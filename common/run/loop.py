@@ -12,6 +12,7 @@ evaluate and how the run's task scores it, when a loss that is no longer finite 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -33,6 +34,7 @@ from parbench.contract.optim import lr_at
 from parbench.contract.tasks import Task
 from parbench.contract.weights import save_weights
 
+from .checkpoint import Saver
 from .collect import collect_rank_files
 from .feeds import ArrayFeed, Feed, FeedLog, run_length
 from .footprint import Communication, StateBytes
@@ -96,6 +98,13 @@ class Strategy(Protocol):
         """--input native: this process's batches from its framework's own loader, each
         carrying the training-set indices of its rows (see parbench.run.feeds)."""
 
+    def save_checkpoint(self, folder: Path) -> None:
+        """Write this process's part of the full training state into ``folder`` in the
+        framework's own format (see parbench.run.checkpoint)."""
+
+    def load_checkpoint(self, folder: Path) -> None:
+        """Restore the training state a checkpoint's ``state/`` folder holds."""
+
 
 @dataclass
 class RankLog:
@@ -117,6 +126,9 @@ class RankLog:
     diverged_step: int | None = None  # the step after which training stopped: a loss not finite
     state_bytes: list[dict] | None = None  # asdict(StateBytes) per device, after step 0
     communication: dict | None = None  # asdict(Communication) of one step
+    first_step: int = 0  # a resumed run's: the checkpoint's step (step_s[0] is this step's)
+    checkpoints: list[dict] = field(default_factory=list)  # {step, save_s} of each one written
+    preempted_step: int | None = None  # steps done when a stop signal ended the run
 
 
 def cpu_times() -> tuple[float, float]:
@@ -272,37 +284,48 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
     total = run_length(job, feed)
     log = RankLog(rank=strategy.rank, rows=job.global_batch // strategy.num_processes)
     fed = FeedLog(feed)
-    progress, optimizer, train_s = Progress(job, strategy.rank, total), job.optimizer_spec, 0.0
+    saver = _saver(job, feed, total)
+    log.first_step = start = saver.resume(strategy) if saver else 0
+    progress, optimizer, train_s = Progress(job, strategy.rank, total - start), \
+        job.optimizer_spec, 0.0
     session = Session(strategy.profiler(), job.profile_steps, strategy.train_step) \
         if job.profile_steps else None
     evaluations = Evaluations(job, strategy, data)
     evaluations.start_clock()  # the first touch of training data is next
-    batches = feed.batches(total)
-    for index in range(total):
+    # the order is a function of the seed and the epoch (the contract's, a seeded sampler's):
+    # a resumed run passes over the batches its checkpoint's steps trained on
+    batches = itertools.islice(feed.batches(total), start, None)
+    for index in range(start, total):
         waited = time.perf_counter()
         batch = next(batches)
         fed.add(batch, time.perf_counter() - waited)
         lr = lr_at(index, total, optimizer)
         inject_test_fault(strategy.rank, index)
-        if index == 0:
+        if index == start:
             log.first_step_start = time.time()
         take_step = session.take(index) if session else strategy.train_step
-        start, cpu = time.perf_counter(), cpu_times()
+        begin, cpu = time.perf_counter(), cpu_times()
         loss = take_step(batch.x, batch.y, lr)
         strategy.synchronize()
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - begin
         log.cpu_s.append(cpu_since(cpu))
         if session:
             session.done(index)
-        if index == 0:
+        if index == start:
             check_modes(job, strategy)
             log.state_bytes, log.communication = footprint(strategy)
         log.step_s.append(elapsed)
         log.losses.append(float(loss))
         train_s += elapsed
-        progress.update(index + 1)
-        if not all_finite(strategy, log.losses[-1]):
+        progress.update(index + 1 - start)
+        finite, stop = agree(strategy, log.losses[-1], saver is not None and job.stop_asked)
+        if not finite:
             log.diverged_step = index  # no evaluation of a model gone non-finite
+            break
+        if saver and (stop or saver.due(index + 1)):
+            log.checkpoints.append(saver.save(strategy, index + 1, log.losses, log.rows))
+        if stop:  # preempted: the harness records it so, and --resume-from goes on from here
+            log.preempted_step = index + 1
             break
         if evaluations.due(index, batch.epoch_end, total) \
                 and evaluations.reached_target(log, index, train_s):
@@ -310,6 +333,13 @@ def _train(job: Job, strategy: Strategy) -> RankLog:
     progress.update(len(log.step_s), force=True)
     log.profile = session.result() if session else None
     return finish_rank_log(job, strategy, log, fed)
+
+
+def _saver(job: Job, feed: Feed, total: int) -> Saver | None:
+    plan = job.checkpoint_plan
+    if plan is None:
+        return None
+    return Saver(plan, job.backend, job.world_size, total, feed.steps_per_epoch)
 
 
 def footprint(strategy: Strategy) -> tuple[list[dict] | None, dict | None]:
@@ -321,14 +351,21 @@ def footprint(strategy: Strategy) -> tuple[list[dict] | None, dict | None]:
 
 
 def all_finite(strategy: Strategy, loss: float) -> bool:
-    """Whether this step's loss is finite on every process (a NaN or infinite gradient shows
-    here one step later, in the loss of the weights it made). The processes decide together,
-    so all of them stop at the same step: a rank that left alone would leave its peers waiting
-    in the next gradient all-reduce. One process decides alone, at no cost."""
-    bad = np.array([0.0 if math.isfinite(loss) else 1.0])
+    """Whether this step's loss is finite on every process (see ``agree``)."""
+    return agree(strategy, loss, False)[0]
+
+
+def agree(strategy: Strategy, loss: float, stop: bool) -> tuple[bool, bool]:
+    """(this step's loss is finite on every process, any process was asked to stop). A NaN or
+    infinite gradient shows here one step later, in the loss of the weights it made; a stop
+    comes to each node's processes through its harness's STOP_FILE. The processes decide
+    together, in one all-reduce, so all of them stop at the same step: a rank that left alone
+    would leave its peers waiting in the next gradient all-reduce. One process decides alone,
+    at no cost."""
+    flags = np.array([0.0 if math.isfinite(loss) else 1.0, 1.0 if stop else 0.0])
     if strategy.num_processes > 1:
-        bad = strategy.all_reduce_sum(bad)
-    return not bad[0]
+        flags = strategy.all_reduce_sum(flags)
+    return not flags[0], bool(flags[1])
 
 
 def finish_rank_log(job: Job, strategy: Strategy, log: RankLog, fed: FeedLog) -> RankLog:

@@ -49,6 +49,9 @@ class Backend:
     # a multi-process backend whose processes score the test set with the same BatchNorm
     # running statistics anyway: how (None: each process scores with its own)
     shared_eval_statistics: str | None = None
+    # the framework API its checkpoints are written with (parbench.run.checkpoint); None: it
+    # writes none yet, and --checkpoint-every and --resume-from are refused for it
+    checkpoint: str | None = None
 
     @property
     def info(self) -> Framework:
@@ -227,14 +230,20 @@ PADDLE_SHARDING_UNVERIFIED = {
     "grad_accum": "its gradient buffers would need the stage's no_sync",
     "precision": "fp16 needs the scaler passed to group_sharded_parallel",
     "input": "the distributed loader with a sharded model"}
+# One process holds the whole state: torch.save of torch.distributed.checkpoint.state_dict's
+# get_state_dict. A process group: each rank writes its shards with DCP.
+TORCH_SAVE = "torch.save (get_state_dict)"
+TORCH_DCP = "torch.distributed.checkpoint"
 JAX_PROFILE = ("XLA compiles forward, backward and the update into one program, so parbench "
                "cannot time them apart; use jax.profiler around a run")
 
 FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
     Framework("torch", ("torch",), "torch", (
-        Backend("torch-single", "torch", "single", f"{_T}.single", ("python",), parallel=False),
+        Backend("torch-single", "torch", "single", f"{_T}.single", ("python",), parallel=False,
+                checkpoint=TORCH_SAVE),
         Backend("torch-dp", "torch", "DataParallel", f"{_T}.dp", ("python",), parallel=True,
                 one_process=True, gpu_for_parallel="use torch-ddp for multi-process CPU runs",
+                checkpoint=TORCH_SAVE,
                 refusals={
                     "sync_bn": "nn.SyncBatchNorm reduces over a torch.distributed process "
                     "group, which nn.DataParallel's one process does not have: without one it "
@@ -244,10 +253,10 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                     "eagerly), and replicating a compiled module instead empties the "
                     "original's parameters (use torch-ddp)"}),
         Backend("torch-ddp", "torch", "DistributedDataParallel", f"{_T}.ddp",
-                ("torchrun", "spawn"), parallel=True),
+                ("torchrun", "spawn"), parallel=True, checkpoint=TORCH_DCP),
         Backend("torch-fsdp", "torch", "FSDP2 (fully_shard)", f"{_T}.fsdp",
                 ("torchrun", "spawn"), parallel=True, sharded=True, reshards=True,
-                replicated_twin="torch-ddp")),
+                replicated_twin="torch-ddp", checkpoint=TORCH_DCP)),
         gpu_only={"sync_bn": "nn.SyncBatchNorm needs CUDA (it raises ValueError on CPU)"},
         profile_note="under DDP communication overlaps backward (it is inside it, not added)",
         # DistributedDataParallel: what PyTorch's docs recommend over DataParallel

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
 
-from . import runtime
+from . import checkpoint, runtime
 from .footprint import CollectiveBytes, state_bytes
 from .model import build_model, export_weights
 from .profile import StepProfiler
@@ -153,6 +154,14 @@ class TorchStrategy(ABC):
     def profiler(self) -> StepProfiler:
         """--profile's steps, timed by phase (see profile.py)."""
         return StepProfiler(self.step, self.synchronize)
+
+    # --- checkpoint: the module's and optimizer's state by parameter name, torch.save from one
+    # process, DCP's shards from a process group (see checkpoint.py)
+    def save_checkpoint(self, folder: Path) -> None:
+        checkpoint.save(folder, self.module, self.optimizer, self.step.scaler, self.rank)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        checkpoint.load(folder, self.module, self.optimizer, self.step.scaler, self.rank)
 
     def teardown(self, failed: bool) -> None:
         pass  # no process group to release

@@ -1,0 +1,161 @@
+"""The harness's side of checkpoints (the format and the loop's side: parbench.run.checkpoint):
+the options' rules, checked before anything is loaded; the checkpoint a run resumes from,
+found and checked against the run before it launches; what the Job and the record say."""
+
+from __future__ import annotations
+
+import json
+import signal
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from parbench.base.errors import Unavailable, UsageError
+from parbench.run.checkpoint import (
+    MANIFEST,
+    STEP_PREFIX,
+    CheckpointError,
+    Checkpoints,
+    latest,
+    read,
+    step_folder,
+)
+from parbench.run.registry import BACKENDS, Backend
+
+from .lifetime import stop_signal
+
+# Options a resumed run may set otherwise than the run that wrote its checkpoint: where and how
+# it runs, not what it trains (that is the configuration's hash, which must be equal).
+FREE = {"backend", "devices", "launcher", "threads", "timeout", "out", "verbose",
+        "isolate_network", "repeats", "checkpoint_every", "checkpoint_dir", "resume_from",
+        "nnodes", "node_rank", "master", "ifname", "join_timeout", "input"}
+
+
+def check_options(cfg, backend: Backend) -> None:
+    """The rules of --checkpoint-every, --checkpoint-dir and --resume-from that need no file:
+    UsageError (Unavailable where the backend writes no checkpoints)."""
+    asked = [flag for flag, value in (("--checkpoint-every", cfg.checkpoint_every),
+                                      ("--resume-from", cfg.resume_from)) if value is not None]
+    if (cfg.checkpoint_every is None) != (cfg.checkpoint_dir is None):
+        raise UsageError("--checkpoint-every N and --checkpoint-dir DIR go together: every N "
+                         "steps a checkpoint is written to DIR/step-N")
+    if not asked:
+        return
+    if backend.checkpoint is None:
+        raise Unavailable(f"{asked[0]}: {backend.name} writes no checkpoints yet (the backends "
+                          f"that do: {', '.join(_checkpointing())})")
+    if cfg.repeats > 1:
+        raise UsageError(f"{asked[0]} with --repeats {cfg.repeats}: the repeats would write "
+                         "and resume the same checkpoints; run one repeat")
+    if cfg.profile:
+        raise UsageError(f"{asked[0]} with --profile: the profiled window is of a whole run")
+
+
+def _checkpointing() -> list[str]:
+    return [name for name, backend in BACKENDS.items() if backend.checkpoint]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """The checkpoint a run resumes from, checked."""
+
+    folder: str  # the step's folder
+    step: int
+    run_id: str  # the run that wrote it
+    backend: str
+    world_size: int
+
+    def record(self) -> dict:
+        return asdict(self)
+
+
+def resume_point(cfg, backend: Backend, spec_sha256: str, total_steps: int) -> Resume | None:
+    """The checkpoint --resume-from names (a step's folder, or the latest in a folder), its
+    files checked against their checksums and its run against this one; UsageError says what
+    does not fit, in one line."""
+    if cfg.resume_from is None:
+        return None
+    try:
+        folder = latest(Path(cfg.resume_from))
+        manifest = read(folder)
+    except CheckpointError as err:
+        raise UsageError(str(err)) from None
+    if manifest["framework"] != backend.framework:
+        raise UsageError(f"--resume-from {folder}: written by {manifest['backend']} "
+                         f"({manifest['api']}); a {backend.framework} backend cannot read it")
+    if manifest["spec_sha256"] != spec_sha256:
+        raise UsageError(f"--resume-from {folder}: written by a run of another configuration "
+                         f"({_differences(manifest['config'], cfg.as_dict())}); resume it with "
+                         "the model, data, batch, steps, optimizer and seed it was written with")
+    if manifest["step"] >= total_steps:
+        raise UsageError(f"--resume-from {folder}: its step {manifest['step']} is the end of "
+                         f"the run's {total_steps} steps; there is nothing left to train")
+    return Resume(str(folder.resolve()), manifest["step"], manifest["run_id"],
+                  manifest["backend"], manifest["world_size"])
+
+
+def _differences(written: dict, now: dict) -> str:
+    keys = sorted(k for k in set(written) | set(now)
+                  if k not in FREE and written.get(k) != now.get(k))
+    if not keys:
+        return "the same options, other data"
+    return "; ".join(f"{k} {written.get(k)!r} there, {now.get(k)!r} here" for k in keys)
+
+
+def job_checkpoints(cfg, backend: Backend, resume: Resume | None, run_id: str,
+                    spec_sha256: str) -> dict | None:
+    """The Job's ``checkpoints``: None when the run neither writes nor resumes one."""
+    if cfg.checkpoint_every is None and resume is None:
+        return None
+    directory = None if cfg.checkpoint_dir is None else str(Path(cfg.checkpoint_dir).resolve())
+    return asdict(Checkpoints(every=cfg.checkpoint_every, directory=directory,
+                              resume_from=resume.folder if resume else None,
+                              framework=backend.framework, api=backend.checkpoint,
+                              run_id=run_id, spec_sha256=spec_sha256, config=cfg.as_dict()))
+
+
+def check_checkpoint_dir(cfg, spec_sha256: str) -> None:
+    """--checkpoint-dir can be written, and holds no other configuration's checkpoints (its
+    step-N folders would be replaced by this run's, or mixed with them)."""
+    if cfg.checkpoint_dir is None:
+        return
+    directory = Path(cfg.checkpoint_dir)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"--checkpoint-dir {directory}: not a folder")
+    for manifest in sorted(directory.glob(f"{STEP_PREFIX}*/{MANIFEST}")):
+        try:
+            other = json.loads(manifest.read_text()).get("spec_sha256")
+        except (OSError, ValueError):
+            other = None
+        if other != spec_sha256:
+            raise UsageError(f"--checkpoint-dir {directory}: {manifest.parent.name} is another "
+                             "configuration's checkpoint; give a folder of its own")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=directory, prefix=".parbench-probe-")
+        probe.close()
+    except OSError as err:
+        raise UsageError(f"--checkpoint-dir {directory}: cannot write there "
+                         f"({err.strerror or err})") from None
+
+
+def record_fields(plan, logs: list | None, directory: str | None) -> dict:
+    """The record's ``checkpoints`` (where, how often, each one written: its step and the
+    seconds rank 0 spent on it) and ``resumed`` (the checkpoint and the run it continues)."""
+    fields = {}
+    if plan.checkpoint_every:
+        written = logs[0].checkpoints if logs else []
+        fields["checkpoints"] = {"dir": str(Path(directory).resolve()),
+                                 "every": plan.checkpoint_every, "written": written}
+    if plan.resume:
+        fields["resumed"] = plan.resume.record()
+    return fields
+
+
+def preempted(log, directory: str) -> str:
+    """The error of a preempted run: the signal, the step, and how to go on."""
+    signum = stop_signal()
+    name = signal.Signals(signum).name if signum else "a stop signal"
+    folder = step_folder(Path(directory).resolve(), log.preempted_step)
+    return (f"preempted by {name} after step {log.preempted_step}; its checkpoint is {folder}: "
+            f"'parbench run' with the same options and --resume-from {folder} finishes it")
