@@ -158,3 +158,20 @@ def test_a_checkpoint_dir_of_another_configuration_is_refused(tmp_path, monkeypa
     assert main([*RUN, "--checkpoint-every", "2", "--checkpoint-dir", "ck", "--out", "out"]) == 2
     assert "step-2 is another configuration's checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def _segment(run_id: str, steps: int, resumed_from: str | None = None, at: int = 0) -> dict:
+    resumed = {"resumed": {"run_id": resumed_from, "step": at}} if resumed_from else {}
+    return {"run_id": run_id, "backend": "torch-ddp", "world_size": 2, "steps": steps,
+            "status": "ok", "duration_s": 1.0, "metrics": None, **resumed}
+
+
+def test_the_report_joins_segments_by_the_run_each_continues():
+    from parbench.results.segments import chains, rows
+
+    first, second = _segment("a", 40), _segment("b", 30, "a", 40)
+    third, alone = _segment("c", 30, "b", 70), _segment("d", 100)
+    orphan = _segment("e", 10, "gone", 90)  # its first segment's record is elsewhere
+    found = chains([third, alone, orphan, second, first])
+    assert [[r["run_id"] for r in chain] for chain in found] == [["e"], ["a", "b", "c"]]
+    assert [row["steps"] for row in rows([third, second, first])] == ["1-40", "41-70", "71-100"]

@@ -14,7 +14,7 @@ from tabulate import tabulate
 from parbench.contract.tasks import Task
 from parbench.run.registry import FRAMEWORKS
 
-from . import headline
+from . import headline, segments
 from .accuracy_change import (
     CHANGE_COLUMNS,
     CHANGE_NOTE,
@@ -314,6 +314,11 @@ def document(groups: list[Group],
         sections.append(Section("Diverged runs", None, [
             _table(g.title, DIVERGED, [row.cells for row in g.diverged]) for g in diverged],
             [DIVERGED_NOTE]))
+    resumed = segments.rows([r for g in groups for row in g.all_rows for r in row.runs])
+    if resumed:
+        sections.append(Section(segments.HEADING, None, [
+            _table("Segments of each resumed training", segments.COLUMNS, resumed)],
+            [segments.NOTE]))
     profiled = [g for g in groups if g.profiles]
     if profiled:
         sections.append(Section("Profiles", None, [

@@ -123,10 +123,11 @@ def _ratio_cell(found: Ratio | None) -> str | None:
 
 
 def groups_with_targets(records: list[dict]) -> dict[Configuration, list[dict]]:
-    """The runs of each configuration that had a target (profiled runs left out)."""
+    """The runs of each configuration that had a target (profiled runs left out, and resumed
+    ones: their clock starts at the resume)."""
     groups: dict[Configuration, list[dict]] = defaultdict(list)
     for record in records:
-        if _target_of(record) is not None and not is_profiled(record):
+        if _target_of(record) is not None and not is_profiled(record) and "resumed" not in record:
             groups[configuration(record)].append(record)
     return groups
 
