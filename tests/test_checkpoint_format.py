@@ -7,12 +7,14 @@ tests/test_checkpoints_torch.py's."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from parbench.cli.main import main
+from parbench.run.registry import BACKENDS
 from parbench.run.checkpoint import (
     MANIFEST,
     CheckpointError,
@@ -145,11 +147,15 @@ def test_checkpoint_options_refused_in_one_line_before_anything_is_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no out/, no ck/
 
 
-def test_a_backend_without_checkpoints_is_refused_with_those_that_have_them(capsys):
+def test_a_backend_without_checkpoints_is_refused_with_those_that_have_them(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(BACKENDS, "tf-single", replace(BACKENDS["tf-single"], checkpoint=None))
     assert main(["run", "tf-single", "--steps", "4", "--checkpoint-every", "2",
                  "--checkpoint-dir", "ck"]) == 2
     err = capsys.readouterr().err
     assert "tf-single writes no checkpoints yet" in err and "torch-ddp" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_checkpoint_dir_of_another_configuration_is_refused(tmp_path, monkeypatch, capsys):
@@ -175,3 +181,15 @@ def test_the_report_joins_segments_by_the_run_each_continues():
     found = chains([third, alone, orphan, second, first])
     assert [[r["run_id"] for r in chain] for chain in found] == [["e"], ["a", "b", "c"]]
     assert [row["steps"] for row in rows([third, second, first])] == ["1-40", "41-70", "71-100"]
+
+
+@pytest.mark.parametrize("command", [["compare", "torch-single"],
+                                     ["explain", "torch-ddp", "--devices", "2"]])
+def test_checkpoints_from_a_config_file_are_refused_by_the_sweeps(tmp_path, monkeypatch, capsys,
+                                                                  command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text('checkpoint_every = 2\ncheckpoint_dir = "ck"\nsteps = 4\n')
+    assert main([*command, "--config", "c.toml", "--out", "out"]) == 2
+    assert f"--checkpoint-every is for 'parbench run': {command[0]} runs several" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml"]

@@ -27,7 +27,12 @@ from .compare import (
     warn_if_busy,
 )
 from .readable import has_matplotlib, readable_records
-from .run_command import add_run_options, config_from_args, refuse_kept_files
+from .run_command import (
+    add_run_options,
+    config_from_args,
+    refuse_checkpoints,
+    refuse_kept_files,
+)
 from .sweep_state import Sweep, open_sweep, save_sweep
 from .until_clear import UntilClear, checked_until
 
@@ -118,6 +123,7 @@ def _checked_config(args: argparse.Namespace) -> tuple[RunConfig, tuple[float, f
     if cfg.profile:  # compare's records feed the performance tables, which profiles never do
         raise UsageError("--profile is for 'parbench run': profiled runs are never compared")
     refuse_kept_files(args, "compare")
+    refuse_checkpoints(cfg, "compare")
     if args.thread_counts is not None and cfg.threads is not None:
         raise UsageError("--threads or --thread-counts: one threads per worker for every "
                          "configuration, or each count a configuration of its own")

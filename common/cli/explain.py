@@ -30,7 +30,12 @@ from parbench.run.modes import MODES, Modes
 from parbench.run.registry import BACKENDS
 
 from .explain_table import explain_lines, explain_table
-from .run_command import add_run_options, config_from_args, refuse_kept_files
+from .run_command import (
+    add_run_options,
+    config_from_args,
+    refuse_checkpoints,
+    refuse_kept_files,
+)
 
 
 @dataclass
@@ -101,6 +106,7 @@ def _ablation(args: argparse.Namespace) -> Ablation:
     seeds = _count(args.seeds, "--seeds", MIN_SEEDS)
     refuse_kept_files(args, "explain")
     given = replace(config_from_args(args), devices=devices)
+    refuse_checkpoints(given, "explain")
     for wrong, why in ((given.repeats != 1, "explain runs each seed once; give --seeds "
                         "instead of --repeats"),
                        (given.profile, "--profile is for 'parbench run': a profiled run's "

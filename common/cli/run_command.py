@@ -19,7 +19,13 @@ from parbench.base.options import add_flags
 from parbench.launch.checkin import NodeFailure
 from parbench.launch.harness import Keep, Prepared, execute, prepare, run_once
 from parbench.launch.lifetime import raise_if_stopping
-from parbench.launch.options import NODES, OPTIONS, RunConfig, read_config_file
+from parbench.launch.options import (
+    CHECKPOINT_OPTIONS,
+    NODES,
+    OPTIONS,
+    RunConfig,
+    read_config_file,
+)
 from parbench.launch.slurm import DEFAULT_MASTER_PORT, slurm_node
 from parbench.results.records import probe_file, probe_folder, save_record
 from parbench.results.report import render
@@ -125,6 +131,15 @@ def refuse_kept_files(args: argparse.Namespace, command: str) -> None:
         if given:
             raise UsageError(f"{flag} is for 'parbench run': {command} keeps no files of its "
                              "runs but their records")
+
+
+def refuse_checkpoints(cfg: RunConfig, command: str) -> None:
+    """The checkpoint options are for 'parbench run' (a config file can hold their keys):
+    UsageError elsewhere."""
+    given = [option.flag for option in CHECKPOINT_OPTIONS if getattr(cfg, option.name)]
+    if given:
+        raise UsageError(f"{given[0]} is for 'parbench run': {command} runs several "
+                         "configurations, whose checkpoints would share one folder")
 
 
 def _probe_kept_files(keep: Keep) -> None:

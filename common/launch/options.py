@@ -140,7 +140,7 @@ _RUN = (
     Option("train_subset", int, help="train on the first N training samples (an uneven size "
            "shows how each loader handles a tail)", bounds=POSITIVE, metavar="N", inputs=True),
 )
-_CHECKPOINTS = (  # parbench.run.checkpoint
+CHECKPOINT_OPTIONS = (  # parbench.run.checkpoint; for 'parbench run' only
     Option("checkpoint_every", int, help="write the full training state every N steps, in the "
            "framework's own format, to --checkpoint-dir's step-N", bounds=AT_LEAST_ONE,
            metavar="N", commands=("run",)),
@@ -183,7 +183,7 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            bounds=AT_LEAST_ONE, commands=()),
     Option("launcher", str, help=_launcher_help()),
     *_DATA, *MODEL_OPTIONS[:1], *task_options(), *MODEL_OPTIONS[1:], *_BUDGET,
-    *OPTIMIZER_OPTIONS, *_RUN, *_CHECKPOINTS, *_NODES)}
+    *OPTIMIZER_OPTIONS, *_RUN, *CHECKPOINT_OPTIONS, *_NODES)}
 
 
 class _RunConfigMethods:
