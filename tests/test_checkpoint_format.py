@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from parbench.cli.main import main
-from parbench.run.registry import BACKENDS
 from parbench.run.checkpoint import (
     MANIFEST,
     CheckpointError,
@@ -24,6 +23,7 @@ from parbench.run.checkpoint import (
     read,
     step_folder,
 )
+from parbench.run.registry import BACKENDS
 
 
 class NumpyStrategy:
@@ -45,7 +45,7 @@ class NumpyStrategy:
 def _plan(directory: Path, resume_from: Path | None = None) -> Checkpoints:
     return Checkpoints(every=2, directory=str(directory), resume_from=resume_from and
                        str(resume_from), framework="numpy", api="numpy.save", run_id="run-a",
-                       spec_sha256="abc", config={"steps": 8})
+                       spec_sha256="abc", config={"steps": 8}, tensors={"w": [4]})
 
 
 def _saver(directory: Path, resume_from: Path | None = None) -> Saver:
@@ -64,6 +64,7 @@ def test_a_checkpoint_holds_the_state_the_position_and_its_files_checksums(tmp_p
     assert [step for step in range(1, 9) if saver.due(step)] == [2, 4, 6, 8]
     written = saver.save(NumpyStrategy(7.0), 4, [1.0, 0.9, 0.8, 0.7], rows=32)
     assert written["step"] == 4 and written["save_s"] >= 0
+    assert written["bytes"] == (step_folder(tmp_path, 4) / "state" / "state.npy").stat().st_size
     manifest = read(step_folder(tmp_path, 4))
     assert manifest["step"] == 4 and (manifest["epoch"], manifest["step_in_epoch"]) == (1, 1)
     assert manifest["losses"] == [1.0, 0.9, 0.8, 0.7] and manifest["run_id"] == "run-a"
@@ -107,6 +108,8 @@ def test_rewriting_a_step_replaces_it_whole(tmp_path):
     (lambda f: (f / "state" / "extra.bin").write_bytes(b"1"), "not one of the checkpoint's"),
     (lambda f: (f / MANIFEST).write_text("{"), "cannot be read"),
     (lambda f: (f / MANIFEST).write_text('{"format": "x"}'), "not a parbench checkpoint"),
+    (lambda f: (f / MANIFEST).write_text('{"format": "parbench-checkpoint", "version": 1}'),
+     "lacks step, total_steps"),
 ])
 def test_a_damaged_checkpoint_is_refused_with_what_is_wrong(tmp_path, damage, message):
     _write_steps(tmp_path, [2])
@@ -193,3 +196,15 @@ def test_checkpoints_from_a_config_file_are_refused_by_the_sweeps(tmp_path, monk
     assert f"--checkpoint-every is for 'parbench run': {command[0]} runs several" \
         in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml"]
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_the_first_tensor_that_differs(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    plan = replace(_plan(tmp_path / "ck"), framework="torch",
+                   tensors={"hidden.0.weight": [64, 64], "hidden.0.bias": [64]})
+    Saver(plan, "torch-single", 1, 8, 3).save(NumpyStrategy(1.0), 2, [0.5, 0.4], rows=32)
+    assert main([*RUN, "--resume-from", "ck", "--out", "out"]) == 2
+    err = capsys.readouterr().err
+    assert "written for another model: its hidden.0.weight is [64, 64], this model's is [" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()

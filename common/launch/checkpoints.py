@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from parbench.base.errors import Unavailable, UsageError
+from parbench.contract.spec import ModelSpec, parameters
 from parbench.run.checkpoint import (
     MANIFEST,
     STEP_PREFIX,
@@ -69,10 +70,12 @@ class Resume:
         return asdict(self)
 
 
-def resume_point(cfg, backend: Backend, spec_sha256: str, total_steps: int) -> Resume | None:
+def resume_point(cfg, backend: Backend, spec: ModelSpec, spec_sha256: str,
+                 total_steps: int) -> Resume | None:
     """The checkpoint --resume-from names (a step's folder, or the latest in a folder), its
-    files checked against their checksums and its run against this one; UsageError says what
-    does not fit, in one line."""
+    files checked against their checksums and its run against this one (the framework, the
+    model's tensors, then the configuration); UsageError says what does not fit, in one
+    line."""
     if cfg.resume_from is None:
         return None
     try:
@@ -83,6 +86,9 @@ def resume_point(cfg, backend: Backend, spec_sha256: str, total_steps: int) -> R
     if manifest["framework"] != backend.framework:
         raise UsageError(f"--resume-from {folder}: written by {manifest['backend']} "
                          f"({manifest['api']}); a {backend.framework} backend cannot read it")
+    other_tensor = _first_other_tensor(manifest["tensors"], tensors_of(spec))
+    if other_tensor:
+        raise UsageError(f"--resume-from {folder}: written for another model: {other_tensor}")
     if manifest["spec_sha256"] != spec_sha256:
         raise UsageError(f"--resume-from {folder}: written by a run of another configuration "
                          f"({_differences(manifest['config'], cfg.as_dict())}); resume it with "
@@ -94,6 +100,24 @@ def resume_point(cfg, backend: Backend, spec_sha256: str, total_steps: int) -> R
                   manifest["backend"], manifest["world_size"])
 
 
+def tensors_of(spec: ModelSpec) -> dict[str, list[int]]:
+    """The model's canonical tensors and their shapes, as a checkpoint's manifest keeps them."""
+    return {name: list(param.shape) for name, param in parameters(spec).items()}
+
+
+def _first_other_tensor(written: dict[str, list[int]], now: dict[str, list[int]]) -> str | None:
+    """The first tensor, in the model's order, whose name or shape differs; None if none."""
+    pairs = zip(written.items(), now.items())
+    for index, ((name, shape), (other, other_shape)) in enumerate(pairs):
+        if name != other:
+            return f"its tensor {index} is {name} {shape}, this model's is {other} {other_shape}"
+        if shape != other_shape:
+            return f"its {name} is {shape}, this model's is {other_shape}"
+    if len(written) != len(now):
+        return f"it has {len(written)} tensors, this model {len(now)}"
+    return None
+
+
 def _differences(written: dict, now: dict) -> str:
     keys = sorted(k for k in set(written) | set(now)
                   if k not in FREE and written.get(k) != now.get(k))
@@ -103,7 +127,7 @@ def _differences(written: dict, now: dict) -> str:
 
 
 def job_checkpoints(cfg, backend: Backend, resume: Resume | None, run_id: str,
-                    spec_sha256: str) -> dict | None:
+                    spec: ModelSpec, spec_sha256: str) -> dict | None:
     """The Job's ``checkpoints``: None when the run neither writes nor resumes one."""
     if cfg.checkpoint_every is None and resume is None:
         return None
@@ -111,7 +135,8 @@ def job_checkpoints(cfg, backend: Backend, resume: Resume | None, run_id: str,
     return asdict(Checkpoints(every=cfg.checkpoint_every, directory=directory,
                               resume_from=resume.folder if resume else None,
                               framework=backend.framework, api=backend.checkpoint,
-                              run_id=run_id, spec_sha256=spec_sha256, config=cfg.as_dict()))
+                              run_id=run_id, spec_sha256=spec_sha256, config=cfg.as_dict(),
+                              tensors=tensors_of(spec)))
 
 
 def check_checkpoint_dir(cfg, spec_sha256: str) -> None:

@@ -121,7 +121,7 @@ def prepare(cfg: RunConfig, shared: Path, plan: Plan | None = None) -> Prepared:
     except ValueError as err:
         raise UsageError(str(err)) from None
     digest = spec_hash(spec, dataset, plan, cfg)
-    plan = replace(plan, resume=resume_point(cfg, plan.backend, digest, plan.total_steps))
+    plan = replace(plan, resume=resume_point(cfg, plan.backend, spec, digest, plan.total_steps))
     check_checkpoint_dir(cfg, digest)
     (shared / "data").mkdir(parents=True, exist_ok=True)
     dataset.save(shared / "data")
@@ -198,7 +198,7 @@ def _job(prepared: Prepared, workdir: Path, keep: Keep, checked_in: CheckIn | No
                cluster=checked_in.workers()
                if checked_in and LAUNCHERS[plan.launcher].worker_ports else None,
                checkpoints=job_checkpoints(cfg, plan.backend, plan.resume, run_id,
-                                           prepared.spec_sha256))
+                                           prepared.spec, prepared.spec_sha256))
 
 
 def _profile_steps(prepared: Prepared) -> list[int] | None:

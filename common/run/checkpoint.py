@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Protocol
 
@@ -76,6 +76,7 @@ class Checkpoints:
     run_id: str
     spec_sha256: str
     config: dict
+    tensors: dict[str, list[int]]  # the model's canonical tensors and their shapes
 
     def due(self, steps_done: int) -> bool:
         return bool(self.every) and steps_done % self.every == 0
@@ -96,6 +97,7 @@ class Written:
     run_id: str  # the run that wrote it
     spec_sha256: str  # its configuration's (parbench.launch.harness.spec_hash)
     config: dict  # its RunConfig, flat: what a mismatch is explained from
+    tensors: dict[str, list[int]]  # the model's canonical tensors and their shapes
     losses: list[float] = field(default_factory=list)  # every step's so far, resumed ones too
     created: float = 0.0  # time.time()
 
@@ -135,9 +137,10 @@ class Saver:
         written = Written(step=steps_done, total_steps=self.total_steps, epoch=epoch,
                           step_in_epoch=in_epoch, **self.writer, api=plan.api,
                           run_id=plan.run_id, spec_sha256=plan.spec_sha256, config=plan.config,
+                          tensors=plan.tensors,
                           losses=self.earlier + global_losses(strategy, losses, rows))
-        write(strategy, Path(plan.directory), written)
-        return {"step": steps_done, "save_s": time.perf_counter() - start}
+        size = write(strategy, Path(plan.directory), written)
+        return {"step": steps_done, "save_s": time.perf_counter() - start, "bytes": size}
 
 
 def global_losses(strategy: Checkpointer, losses: list[float], rows: int) -> list[float]:
@@ -153,10 +156,11 @@ def step_folder(directory: Path, step: int) -> Path:
     return Path(directory) / f"{STEP_PREFIX}{step}"
 
 
-def write(strategy: Checkpointer, directory: Path, written: Written) -> Path:
+def write(strategy: Checkpointer, directory: Path, written: Written) -> int | None:
     """Every process calls this after the same step: the strategy writes its state into a
     partial folder, the processes wait for each other, then rank 0 writes the manifest and
-    renames the folder into place (replacing one of the same step). Returns the folder."""
+    renames the folder into place (replacing one of the same step). Returns the bytes of the
+    framework's files on rank 0 (None on the others, which do not list them)."""
     final = step_folder(directory, written.step)
     partial = final.with_name(f".{final.name}.partial")
     if strategy.rank == 0:
@@ -165,14 +169,16 @@ def write(strategy: Checkpointer, directory: Path, written: Written) -> Path:
     _barrier(strategy)  # the folder exists before anyone writes into it
     strategy.save_checkpoint(partial / STATE)
     _barrier(strategy)  # every rank's files are written
+    size = None
     if strategy.rank == 0:
         written.created = time.time()
-        manifest = {"format": FORMAT, "version": VERSION, **asdict(written),
-                    "files": checksums(partial)}
+        files = checksums(partial)
+        manifest = {"format": FORMAT, "version": VERSION, **asdict(written), "files": files}
         write_atomic(partial / MANIFEST, json.dumps(manifest, indent=1).encode())
         _replace(partial, final)
+        size = sum(file["bytes"] for file in files.values())
     _barrier(strategy)  # no rank reads or writes on while the rename is under way
-    return final
+    return size
 
 
 def _barrier(strategy: Checkpointer) -> None:
@@ -225,6 +231,9 @@ def read(folder: Path) -> dict:
     if manifest.get("version") != VERSION:
         raise CheckpointError(f"{folder} is a checkpoint of version {manifest.get('version')}; "
                               f"this parbench reads version {VERSION}")
+    missing = [key for key in (*(f.name for f in fields(Written)), "files") if key not in manifest]
+    if missing:
+        raise CheckpointError(f"{folder / MANIFEST} lacks {', '.join(missing)}")
     found = checksums(folder)
     for name in sorted(set(manifest["files"]) | set(found)):
         if name not in found:
