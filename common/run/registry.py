@@ -234,6 +234,15 @@ PADDLE_SHARDING_UNVERIFIED = {
 # get_state_dict. A process group: each rank writes its shards with DCP.
 TORCH_SAVE = "torch.save (get_state_dict)"
 TORCH_DCP = "torch.distributed.checkpoint"
+# The model's variables by canonical name and the optimizer, from every process (only the
+# chief's files stay); a mirrored variable is saved once and loads on any number of replicas
+TF_CHECKPOINT = "tf.train.Checkpoint (CheckpointManager)"
+# rank 0's Layer and optimizer state_dicts (.pdparams, .pdopt), each rank's own BatchNorm
+# statistics and random state beside them
+PADDLE_SAVE = "paddle.save (state_dict)"
+# Every JAX strategy: each array as its sharding places it (a stacked one, replica 0's copy),
+# restored into the reading strategy's shardings
+JAX_ORBAX = "orbax.checkpoint (StandardCheckpointer)"
 JAX_PROFILE = ("XLA compiles forward, backward and the update into one program, so parbench "
                "cannot time them apart; use jax.profiler around a run")
 
@@ -263,9 +272,9 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         representative="torch-ddp"),
     Framework("tensorflow", ("tensorflow",), "tensorflow", (
         Backend("tf-single", "tensorflow", "single", f"{_TF}.single", ("python",),
-                parallel=False),
+                parallel=False, checkpoint=TF_CHECKPOINT),
         Backend("tf-mirrored", "tensorflow", "MirroredStrategy", f"{_TF}.mirrored",
-                ("python",), parallel=True, one_process=True),
+                ("python",), parallel=True, one_process=True, checkpoint=TF_CHECKPOINT),
         Backend("tf-mirrored-keras", "tensorflow", "MirroredStrategy+fit",
                 f"{_TF}.mirrored_keras", ("python",), parallel=True, one_process=True,
                 refusals={"grad_accum": "Keras fit applies the optimizer on every batch; "
@@ -277,7 +286,8 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                 "time its steps by phase; profile tf-mirrored, the same strategy in a custom "
                 "loop"),
         Backend("tf-multiworker", "tensorflow", "MultiWorkerMirroredStrategy",
-                f"{_TF}.multiworker", ("tf-config",), parallel=True)),
+                f"{_TF}.multiworker", ("tf-config",), parallel=True,
+                checkpoint=TF_CHECKPOINT)),
         refusals={"loader_workers": "tf.data has no worker processes: it parallelises inside "
                   "the pipeline (num_parallel_calls, prefetch), which --input native sets to "
                   "AUTOTUNE"},
@@ -299,11 +309,11 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         representative="tf-mirrored"),
     Framework("paddle", ("paddle",), "paddle", (
         Backend("paddle-single", "paddle", "single", f"{_PD}.single", ("python",),
-                parallel=False),
+                parallel=False, checkpoint=PADDLE_SAVE),
         Backend("paddle-spawn", "paddle", "DataParallel", f"{_PD}.spawn", ("spawn",),
-                parallel=True),
+                parallel=True, checkpoint=PADDLE_SAVE),
         Backend("paddle-launch", "paddle", "DataParallel", f"{_PD}.launch", ("paddle-launch",),
-                parallel=True),
+                parallel=True, checkpoint=PADDLE_SAVE),
         Backend("paddle-sharding", "paddle", "group_sharded_parallel (ZeRO)", f"{_PD}.sharding",
                 ("paddle-launch",), parallel=True, sharded=True, reshards=True,
                 replicated_twin="paddle-launch", gpu_only=PADDLE_SHARDING,
@@ -320,21 +330,22 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         representative="paddle-launch"),
     Framework("jax", ("jax", "flax", "optax"), "jax", (
         Backend("jax-single", "jax", "single (jit)", f"{_JX}.single", ("python",),
-                parallel=False, profile_refusal=JAX_PROFILE),
+                parallel=False, profile_refusal=JAX_PROFILE, checkpoint=JAX_ORBAX),
         Backend("jax-pmap", "jax", "pmap", f"{_JX}.pmap", ("python",), parallel=True,
-                one_process=True, profile_refusal=JAX_PROFILE),
+                one_process=True, profile_refusal=JAX_PROFILE, checkpoint=JAX_ORBAX),
         Backend("jax-sharded", "jax", "jit+NamedSharding", f"{_JX}.sharded", ("python",),
-                parallel=True, one_process=True, profile_refusal=JAX_PROFILE),
+                parallel=True, one_process=True, profile_refusal=JAX_PROFILE,
+                checkpoint=JAX_ORBAX),
         Backend("jax-fsdp", "jax", "jit+NamedSharding (sharded state)", f"{_JX}.fsdp",
                 ("python",), parallel=True, one_process=True, profile_refusal=JAX_PROFILE,
-                sharded=True, replicated_twin="jax-sharded"),
+                sharded=True, replicated_twin="jax-sharded", checkpoint=JAX_ORBAX),
         # measured (resnet, digits, 20 steps, 2 devices: the record's test loss against that
         # of the exported rank-0 weights on the whole test set, relative): 2e-8, where
         # torch-ddp's was 3.1e-3 and torch-fsdp's, paddle-spawn's, tf-multiworker's 4.1e-3
         Backend("jax-multiprocess", "jax", "jax.distributed (a process per device)",
                 f"{_JX}.multiprocess", ("jax-distributed",), parallel=True,
                 profile_refusal=JAX_PROFILE, shared_eval_statistics="it gathers device 0's "
-                "running statistics onto every process before scoring")),
+                "running statistics onto every process before scoring", checkpoint=JAX_ORBAX)),
         refusals={"compile": "JAX always compiles: every training step is one jax.jit "
                   "(jax-single, jax-sharded) or jax.pmap (jax-pmap) program, compiled by XLA on "
                   "its first call, so --compile would change nothing (the record's "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 import numpy as np
 import paddle
@@ -27,7 +28,7 @@ from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
 
-from . import optim, runtime
+from . import checkpoint, optim, runtime
 from .input import LoaderFeed
 from .model import build_model, export_weights, model_notes
 from .modes import ModelModes
@@ -132,6 +133,17 @@ class PaddleStrategy(ABC):
     def profiler(self) -> StepProfiler:
         """--profile's steps, timed by phase (see profile.py)."""
         return StepProfiler(self.step, self.synchronize)
+
+    # --- checkpoint: paddle.save of rank 0's Layer and optimizer state_dicts (replicated by
+    # DataParallel), and each rank's own BatchNorm statistics, loss scale and random state
+    # (see checkpoint.py)
+    def save_checkpoint(self, folder: Path) -> None:
+        checkpoint.save(folder, self.module, self.optimizer, self.step.scaler, self.rank,
+                        self.device)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        checkpoint.load(folder, self.module, self.optimizer, self.step.scaler, self.rank,
+                        self.device)
 
     def teardown(self, failed: bool) -> None:
         pass  # no process group to release

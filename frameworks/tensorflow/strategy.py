@@ -11,6 +11,7 @@ and ``notes`` (what its record says of it); Keras fit also ``open_input``, ``lea
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
 
-from . import runtime
+from . import checkpoint, runtime
 from .input import TFDataFeed
 from .model import build_model, export_weights
 from .optimizers import make_optimizer
@@ -146,6 +147,15 @@ class TFStrategy(ABC):
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         return values
+
+    # --- checkpoint: tf.train.Checkpoint of the model's variables by canonical name and the
+    # optimizer; every process saves, the chief's (rank 0's) files stay, and each other
+    # worker's own BatchNorm statistics (checkpoint.py)
+    def save_checkpoint(self, folder: Path) -> None:
+        checkpoint.save(folder, self.model, self.optimizer, self.rank)
+
+    def load_checkpoint(self, folder: Path) -> None:
+        checkpoint.load(folder, self.model, self.optimizer, self.rank)
 
     # --- teardown: TF has no call to leave a strategy or its cluster: the process's exit
     # releases it, after a failure too (nothing here can wait for a peer)
