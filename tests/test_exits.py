@@ -51,22 +51,45 @@ def test_first_failure_is_the_earliest_nonzero_report(tmp_path):
     assert how(17) == "exit code 17" and how(-signal.SIGTERM) == "killed by SIGTERM"
 
 
-def test_a_rank_that_raised_failed_when_it_wrote_its_traceback(tmp_path):
-    """As CI once saw under paddle-spawn: rank 1 raised, its teardown closed its sockets and
-    rank 0 aborted on the lost connection, then exited before rank 1 finished exiting."""
+def _raised(workdir, rank: int, message: str) -> None:
     from types import SimpleNamespace
 
     from parbench.run.job import write_error
 
     try:
-        raise RuntimeError("injected fault on rank 1 at step 2")
+        raise RuntimeError(message)
     except RuntimeError:
-        write_error(SimpleNamespace(path=tmp_path), "rank 1")
-    write_exit(tmp_path, 0, 100, -signal.SIGABRT)
-    write_exit(tmp_path, 1, 101, 1)
+        write_error(SimpleNamespace(path=workdir), f"rank {rank}")
+
+
+def test_ranks_seen_ending_together_are_ordered_by_their_tracebacks(tmp_path):
+    """As CI once saw under paddle-spawn: rank 1 raised, its exit closed its sockets and rank 0
+    aborted on the lost connection; the spawn watcher found both ended at one wake-up."""
+    _raised(tmp_path, 1, "injected fault on rank 1 at step 2")
+    write_exit(tmp_path, 0, 100, -signal.SIGABRT, seen=50.0)
+    write_exit(tmp_path, 1, 101, 1, seen=50.0)
     assert first_failure(tmp_path).startswith("rank 1 (pid 101 on ")
     assert first_failure(tmp_path).endswith(
         "died first: exit code 1; it raised RuntimeError: injected fault on rank 1 at step 2")
+
+
+def test_a_killed_rank_seen_with_an_echo_comes_first(tmp_path):
+    """torch-ddp under spawn: rank 1 SIGKILLed, rank 0 raised on the lost connection and ended
+    before the watcher woke; one wake-up found both."""
+    _raised(tmp_path, 0, "Connection closed by peer")
+    write_exit(tmp_path, 0, 100, 1, seen=50.0)
+    write_exit(tmp_path, 1, 101, -signal.SIGKILL, seen=50.0)
+    assert first_failure(tmp_path).startswith("rank 1 (pid 101 on ")
+
+
+def test_an_echo_raised_before_the_killed_rank_was_reported_does_not_come_first(tmp_path):
+    """As CI once saw under torchrun: rank 1 SIGKILLed, rank 0 raised on the closed connection
+    before rank 1's watcher had written its report; rank 0 ended later (torchrun's SIGTERM)."""
+    _raised(tmp_path, 0, "Connection closed by peer")
+    write_exit(tmp_path, 1, 101, -signal.SIGKILL)
+    write_exit(tmp_path, 0, 100, -signal.SIGTERM)
+    assert first_failure(tmp_path).startswith("rank 1 (pid 101 on ")
+    assert first_failure(tmp_path).endswith("died first: killed by SIGKILL")
 
 
 def test_no_failure_when_every_rank_exited_zero(tmp_path):

@@ -5,15 +5,23 @@ failure, and nodes order their failures by its time."""
 from __future__ import annotations
 
 import json
+import math
+import signal
 from pathlib import Path
 
 from parbench.run.process import how
 
+# Deaths no peer's failure causes: a rank that ended so failed first among those seen together
+CAUSES = {-signal.SIGKILL, -signal.SIGSEGV, -signal.SIGBUS, -signal.SIGILL, -signal.SIGFPE}
+
 
 def _failures(workdir: Path) -> list[dict]:
-    """The exit reports of the ranks that failed, earliest failure first. A rank that raised
-    failed when it wrote its traceback, not when it exited: its teardown closes its sockets
-    first, and a peer that aborts on the lost connection can exit before it does."""
+    """The exit reports of the ranks that failed, earliest first. Ranks seen to end together
+    (one report time: parbench.run.process.watch_spawned) are ordered by how each ended: a
+    death no peer causes (killed, a crash) first, then the ranks that raised, by when each
+    wrote its traceback, then the rest (SIGABRT: a collective library aborting on a lost peer;
+    SIGTERM: a launcher stopping the others). A rank that raised tears down its collectives as
+    it exits, and a peer that aborts on the lost connection can end in the same instant."""
     reports = []
     for path in (Path(workdir) / "exits").glob("rank*.json"):
         try:
@@ -21,15 +29,16 @@ def _failures(workdir: Path) -> list[dict]:
         except (OSError, ValueError):
             continue
     failed = [r for r in reports if r["returncode"] != 0]
-    for report in failed:
-        report["time"] = min([report["time"], *_raised_at(Path(workdir), report["rank"])])
-    return sorted(failed, key=lambda r: r["time"])
+    return sorted(failed, key=lambda r: (r["time"], *_how_it_failed(Path(workdir), r)))
 
 
-def _raised_at(workdir: Path, rank: int) -> list[float]:
-    """When that rank wrote its tracebacks (parbench.run.job.write_error names them by time)."""
-    return [float(path.name.split("-", 1)[0])
-            for path in (workdir / "errors").glob(f"*-rank {rank}.txt")]
+def _how_it_failed(workdir: Path, report: dict) -> tuple[int, float]:
+    """(0 for a death no peer causes, 1 for a rank that raised, 2 otherwise; when it raised)."""
+    raised = min((float(path.name.split("-", 1)[0]) for path in
+                  (workdir / "errors").glob(f"*-rank {report['rank']}.txt")), default=math.inf)
+    if report["returncode"] in CAUSES:
+        return 0, raised
+    return (1 if raised < math.inf else 2), raised
 
 
 def first_failure_time(workdir: Path) -> float | None:

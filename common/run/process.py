@@ -77,9 +77,11 @@ def how(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def write_exit(workdir: Path, rank: int, pid: int, returncode: int) -> None:
-    report = {"rank": rank, "pid": pid, "returncode": returncode, "time": time.time(),
-              "host": socket.gethostname()}
+def write_exit(workdir: Path, rank: int, pid: int, returncode: int,
+               seen: float | None = None) -> None:
+    """``rank``'s end, seen at ``seen`` (time.time(); default now)."""
+    report = {"rank": rank, "pid": pid, "returncode": returncode,
+              "time": time.time() if seen is None else seen, "host": socket.gethostname()}
     write_atomic(Path(workdir) / "exits" / f"rank{rank}.json", json.dumps(report).encode())
 
 
@@ -120,13 +122,15 @@ def exit_like(returncode: int) -> None:
 
 def watch_spawned(processes: list, workdir: Path) -> None:
     """Report each spawned rank (``multiprocessing.Process``, index = rank) as it ends, until
-    all ended or one failed; the framework's own ``join`` then stops the rest and raises."""
+    all ended or one failed; the framework's own ``join`` then stops the rest and raises. The
+    ranks one wake-up finds ended are reported at one time: the order they are listed in says
+    nothing of which ended first (parbench.launch.exits orders them)."""
     waiting = {p.sentinel: rank for rank, p in enumerate(processes)}
     while waiting:
-        for sentinel in multiprocessing.connection.wait(list(waiting)):
-            rank = waiting.pop(sentinel)
-            process = processes[rank]
-            process.join()
-            write_exit(workdir, rank, process.pid, process.exitcode)
-            if process.exitcode != 0:
-                return
+        ended = [waiting.pop(s) for s in multiprocessing.connection.wait(list(waiting))]
+        seen = time.time()
+        for rank in ended:
+            processes[rank].join()
+            write_exit(workdir, rank, processes[rank].pid, processes[rank].exitcode, seen)
+        if any(processes[rank].exitcode != 0 for rank in ended):
+            return
