@@ -7,31 +7,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from resume_cases import run_case, step_folder
 
-from conftest import needs, parbench, records_in
+from conftest import needs
 
 SINGLE = {"torch": "torch-single", "tensorflow": "tf-single", "paddle": "paddle-single",
           "jax": "jax-single"}
 
 
-def _run(folder, backend: str, *extra: str) -> tuple[dict, dict[str, np.ndarray]]:
-    done = parbench("run", backend, "--dataset", "digits", "--model", "mlp", "--optimizer",
-                    "adamw", "--steps", "4", "--global-batch", "32", *extra, "--out",
-                    str(folder / "out"), "--save-weights", str(folder / "w.npz"), cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = records_in(folder / "out")
-    assert record["status"] == "ok", record["error"]
-    return record, dict(np.load(folder / "w.npz"))
-
-
 @pytest.mark.parametrize("framework", [pytest.param(f, marks=needs(f)) for f in SINGLE])
 def test_the_single_backend_resumes_bit_for_bit(tmp_path, framework):
-    (tmp_path / "whole").mkdir()
-    (tmp_path / "resumed").mkdir()
-    whole, weights = _run(tmp_path / "whole", SINGLE[framework], "--checkpoint-every", "2",
-                          "--checkpoint-dir", str(tmp_path / "ck"))
-    again, resumed = _run(tmp_path / "resumed", SINGLE[framework], "--resume-from",
-                          str(tmp_path / "ck" / "step-2"))
+    case = (SINGLE[framework], "--model", "mlp", "--optimizer", "adamw")
+    whole, weights = run_case(tmp_path / "whole", case, "--checkpoint-every", "2",
+                              "--checkpoint-dir", str(tmp_path / "ck"), steps=4)
+    again, resumed = run_case(tmp_path / "resumed", case, "--resume-from",
+                              step_folder(tmp_path / "ck", 2), steps=4)
     losses = whole["metrics"]["loss_curve"]
     assert again["metrics"]["loss_curve"] == losses[2:] and losses[2] != losses[0]
     assert [w["step"] for w in whole["checkpoints"]["written"]] == [2, 4]

@@ -12,13 +12,17 @@ losses and 1.5e-8 on the weights, the same as jax-single's and jax-fsdp's own ru
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import numpy as np
 import pytest
+from resume_cases import (
+    STEPS,
+    assert_follows,
+    assert_resumes_exactly,
+    resumed_runs,
+    run_case,
+    step_folder,
+)
 
-from conftest import needs, parbench, records_in
+from conftest import needs
 
 pytestmark = [pytest.mark.slow, needs("jax")]
 
@@ -26,68 +30,27 @@ pytestmark = [pytest.mark.slow, needs("jax")]
 # keeps two moments and a step count; --clip-grad-norm 0.5 clips every step, and its count of
 # clipped steps is state too: what a resume that restored only the weights would get wrong.
 CASES = {
-    "jax-single": ("--model", "mlp", "--optimizer", "sgd"),
-    "jax-pmap": ("--model", "resnet", "--optimizer", "adamw"),
-    "jax-sharded": ("--model", "mlp", "--optimizer", "sgd"),
-    "jax-fsdp": ("--model", "mlp", "--optimizer", "adamw", "--clip-grad-norm", "0.5"),
-    "jax-multiprocess": ("--model", "mlp", "--optimizer", "adamw"),
+    "jax-single": ("jax-single", "--model", "mlp", "--optimizer", "sgd"),
+    "jax-pmap": ("jax-pmap", "--model", "resnet", "--optimizer", "adamw"),
+    "jax-sharded": ("jax-sharded", "--model", "mlp", "--optimizer", "sgd"),
+    "jax-fsdp": ("jax-fsdp", "--model", "mlp", "--optimizer", "adamw", "--clip-grad-norm", "0.5"),
+    "jax-multiprocess": ("jax-multiprocess", "--model", "mlp", "--optimizer", "adamw"),
 }
-STEPS, EVERY = 64, 32
-
-
-def _run(folder: Path, backend: str, case: tuple[str, ...], *extra: str,
-         devices: int | None = None) -> tuple[dict, dict[str, np.ndarray]]:
-    """An ok run's record and final weights."""
-    folder.mkdir(exist_ok=True)
-    weights = folder / "final.npz"
-    devices = devices or (1 if backend == "jax-single" else 2)
-    done = parbench("run", backend, "--devices", str(devices), "--dataset", "digits", *case,
-                    "--steps", str(STEPS), "--global-batch", "32", *extra, "--out",
-                    str(folder / "out"), "--save-weights", str(weights), cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = records_in(folder / "out")
-    assert record["status"] == "ok", record["error"]
-    return record, dict(np.load(weights))
 
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory) -> dict:
-    """backend -> (the whole run, its checkpoint folder, the run resumed from step 32)."""
-    found = {}
-    for backend, case in CASES.items():
-        folder = tmp_path_factory.mktemp(backend)
-        checkpoints = folder / "checkpoints"
-        whole = _run(folder / "whole", backend, case, "--checkpoint-every", str(EVERY),
-                     "--checkpoint-dir", str(checkpoints))
-        again = _run(folder / "resumed", backend, case, "--resume-from",
-                     str(checkpoints / f"step-{EVERY}"))
-        found[backend] = (whole, checkpoints, again)
-    return found
+    return resumed_runs(tmp_path_factory, CASES)
 
 
 @pytest.mark.parametrize("backend", CASES)
 def test_a_run_resumed_from_its_step_32_checkpoint_equals_the_whole_run(resumed, backend):
-    (whole, whole_weights), checkpoints, (again, again_weights) = resumed[backend]
-    losses = whole["metrics"]["loss_curve"]
-    assert len(losses) == STEPS and again["steps"] == STEPS - EVERY
-    assert again["metrics"]["loss_curve"] == losses[EVERY:]  # bit for bit
-    for score in ("final_accuracy", "final_loss", "confusion_matrix"):  # the last evaluation's
-        assert again["metrics"][score] == whole["metrics"][score], score
-    assert losses[EVERY] != losses[0]  # it trained: not a curve that equals anything
-    assert whole_weights.keys() == again_weights.keys()
-    for name, tensor in whole_weights.items():
-        assert np.array_equal(tensor, again_weights[name]), name
+    assert_resumes_exactly(resumed[backend], backend)
+    (whole, _), _, (again, _) = resumed[backend]
     # the restored state has the shardings the step was compiled for: no second compilation
     assert again["metrics"]["compiled_graphs"] == 1
     # a count the state carries from step 0: the resumed run's goes on from the checkpoint's
     assert again["metrics"]["clipped_steps"] == whole["metrics"]["clipped_steps"]
-    manifest = json.loads((checkpoints / f"step-{EVERY}" / "parbench.json").read_text())
-    assert np.allclose(manifest["losses"], losses[:EVERY], rtol=1e-12, atol=0)  # the record's
-    assert manifest["run_id"] == whole["run_id"]
-    assert [c["step"] for c in whole["checkpoints"]["written"]] == [32, 64]
-    assert again["resumed"] == {"folder": str(checkpoints / f"step-{EVERY}"), "step": EVERY,
-                                "run_id": whole["run_id"], "backend": backend,
-                                "world_size": whole["world_size"]}
 
 
 def test_the_clipped_steps_before_the_checkpoint_are_counted_after_it(resumed):
@@ -97,11 +60,9 @@ def test_the_clipped_steps_before_the_checkpoint_are_counted_after_it(resumed):
 
 def test_the_sharded_checkpoint_of_2_devices_resumes_on_1(resumed, tmp_path):
     """Orbax reshards on load: jax-fsdp's split arrays, resumed by jax-single."""
-    (whole, whole_weights), checkpoints, _ = resumed["jax-fsdp"]
-    again, weights = _run(tmp_path, "jax-single", CASES["jax-fsdp"], "--resume-from",
-                          str(checkpoints / f"step-{EVERY}"))
-    curve = np.array(again["metrics"]["loss_curve"])
-    assert np.allclose(curve, whole["metrics"]["loss_curve"][EVERY:], rtol=0, atol=1e-6)
-    for name, tensor in whole_weights.items():
-        assert np.allclose(tensor, weights[name], rtol=0, atol=1e-7), name
-    assert again["resumed"]["backend"] == "jax-fsdp" and again["resumed"]["world_size"] == 2
+    _, checkpoints, _ = resumed["jax-fsdp"]
+    again = run_case(tmp_path, ("jax-single", *CASES["jax-fsdp"][1:]), "--resume-from",
+                     step_folder(checkpoints))
+    assert_follows(resumed["jax-fsdp"], again, losses_within=1e-6, weights_within=1e-7)
+    assert again[0]["resumed"]["backend"] == "jax-fsdp"
+    assert again[0]["resumed"]["world_size"] == 2

@@ -22,12 +22,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
 import pytest
+from resume_cases import assert_follows, assert_resumes_exactly, resumed_runs, run_case, step_folder
 
-from conftest import needs, parbench, records_in
+from conftest import needs
 
 pytestmark = [pytest.mark.slow, needs("paddle")]
 
@@ -35,12 +34,10 @@ pytestmark = [pytest.mark.slow, needs("paddle")]
 # and AdamW keeps two moments and two beta power accumulators per tensor; Momentum (sgd) its
 # velocity: what a resume that restored only the weights would get wrong.
 CASES = {
-    "paddle-single": ("--model", "mlp", "--optimizer", "sgd"),
-    "paddle-spawn": ("--model", "mlp", "--optimizer", "adamw"),
-    "paddle-launch": ("--model", "resnet", "--optimizer", "adamw"),
+    "paddle-single": ("paddle-single", "--model", "mlp", "--optimizer", "sgd"),
+    "paddle-spawn": ("paddle-spawn", "--model", "mlp", "--optimizer", "adamw"),
+    "paddle-launch": ("paddle-launch", "--model", "resnet", "--optimizer", "adamw"),
 }
-STEPS, EVERY = 64, 32
-SCORES = ("final_loss", "final_accuracy")  # each rank scores its part with its statistics
 # another number of ranks; measured, loss curve / weights: 2 -> 1 1.8e-7 / 1.5e-8 (a whole
 # 2-rank run against a whole 1-rank one: 1.8e-7 / 3e-8), 1 -> 2 6e-8 / 6e-8
 TOLERANCE = 1e-6
@@ -100,57 +97,14 @@ print(json.dumps(found))
 '''
 
 
-def _run(folder: Path, backend: str, case: tuple[str, ...], *extra: str,
-         devices: int | None = None) -> tuple[dict, dict[str, np.ndarray]]:
-    """An ok run's record and final weights."""
-    folder.mkdir(exist_ok=True)
-    weights = folder / "final.npz"
-    devices = devices or (1 if backend == "paddle-single" else 2)
-    done = parbench("run", backend, "--devices", str(devices), "--dataset", "digits", *case,
-                    "--steps", str(STEPS), "--global-batch", "32", *extra, "--out",
-                    str(folder / "out"), "--save-weights", str(weights), cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = records_in(folder / "out")
-    assert record["status"] == "ok", record["error"]
-    return record, dict(np.load(weights))
-
-
-def _step_32(checkpoints: Path) -> str:
-    return str(checkpoints / f"step-{EVERY}")
-
-
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory) -> dict:
-    """backend -> (the whole run, its checkpoint folder, the run resumed from step 32)."""
-    found = {}
-    for backend, case in CASES.items():
-        folder = tmp_path_factory.mktemp(backend)
-        checkpoints = folder / "checkpoints"
-        whole = _run(folder / "whole", backend, case, "--checkpoint-every", str(EVERY),
-                     "--checkpoint-dir", str(checkpoints))
-        again = _run(folder / "resumed", backend, case, "--resume-from", _step_32(checkpoints))
-        found[backend] = (whole, checkpoints, again)
-    return found
+    return resumed_runs(tmp_path_factory, CASES)
 
 
 @pytest.mark.parametrize("backend", CASES)
 def test_a_run_resumed_from_its_step_32_checkpoint_equals_the_whole_run(resumed, backend):
-    (whole, whole_weights), checkpoints, (again, again_weights) = resumed[backend]
-    losses = whole["metrics"]["loss_curve"]
-    assert len(losses) == STEPS and again["steps"] == STEPS - EVERY
-    assert again["metrics"]["loss_curve"] == losses[EVERY:]  # bit for bit
-    assert losses[EVERY] != losses[0]  # it trained: not a curve that equals anything
-    assert {k: again["metrics"][k] for k in SCORES} == {k: whole["metrics"][k] for k in SCORES}
-    assert whole_weights.keys() == again_weights.keys()
-    for name, tensor in whole_weights.items():
-        assert np.array_equal(tensor, again_weights[name]), name
-    manifest = json.loads((checkpoints / f"step-{EVERY}" / "parbench.json").read_text())
-    assert np.allclose(manifest["losses"], losses[:EVERY], rtol=1e-12, atol=0)  # the record's
-    assert manifest["api"] == "paddle.save (state_dict)"
-    assert [c["step"] for c in whole["checkpoints"]["written"]] == [32, 64]
-    assert again["resumed"] == {"folder": _step_32(checkpoints), "step": EVERY,
-                                "run_id": whole["run_id"], "backend": backend,
-                                "world_size": whole["world_size"]}
+    assert_resumes_exactly(resumed[backend], backend)  # each rank scores with its statistics
 
 
 def test_each_rank_keeps_its_own_statistics_and_the_optimizer_state_its_names(resumed,
@@ -159,7 +113,7 @@ def test_each_rank_keeps_its_own_statistics_and_the_optimizer_state_its_names(re
     BatchNorm statistics part; the optimizer's state, by structured name, restores into a
     model whose Paddle names moved, before its first step creates the accumulators."""
     _, checkpoints, _ = resumed["paddle-launch"]
-    done = subprocess.run([sys.executable, "-c", CHECKS, f"{_step_32(checkpoints)}/state",
+    done = subprocess.run([sys.executable, "-c", CHECKS, f"{step_folder(checkpoints)}/state",
                            str(tmp_path / "state")], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -173,16 +127,12 @@ def test_each_rank_keeps_its_own_statistics_and_the_optimizer_state_its_names(re
         "state dict"
 
 
-@pytest.mark.parametrize(("writer", "reader", "devices"), [("paddle-spawn", "paddle-single", 1),
-                                                           ("paddle-single", "paddle-spawn", 2)])
-def test_a_checkpoint_resumes_on_another_number_of_ranks(resumed, tmp_path, writer, reader,
-                                                         devices):
-    (whole, whole_weights), checkpoints, _ = resumed[writer]
-    again, weights = _run(tmp_path, reader, CASES[writer], "--resume-from",
-                          _step_32(checkpoints), devices=devices)
-    curve = np.array(again["metrics"]["loss_curve"])
-    assert np.allclose(curve, whole["metrics"]["loss_curve"][EVERY:], rtol=0, atol=TOLERANCE)
-    for name, tensor in whole_weights.items():
-        assert np.allclose(tensor, weights[name], rtol=0, atol=TOLERANCE), name
-    assert again["resumed"]["backend"] == writer
-    assert again["resumed"]["world_size"] == whole["world_size"] != again["world_size"]
+@pytest.mark.parametrize(("writer", "reader"), [("paddle-spawn", "paddle-single"),
+                                               ("paddle-single", "paddle-spawn")])
+def test_a_checkpoint_resumes_on_another_number_of_ranks(resumed, tmp_path, writer, reader):
+    (whole, _), checkpoints, _ = resumed[writer]
+    again = run_case(tmp_path, (reader, *CASES[writer][1:]), "--resume-from",
+                     step_folder(checkpoints))
+    assert_follows(resumed[writer], again, losses_within=TOLERANCE, weights_within=TOLERANCE)
+    assert again[0]["resumed"]["backend"] == writer
+    assert again[0]["resumed"]["world_size"] == whole["world_size"] != again[0]["world_size"]

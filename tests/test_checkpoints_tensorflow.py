@@ -10,12 +10,19 @@ summed in another order. tf-mirrored-keras (model.fit) writes none: it is refuse
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
+from resume_cases import (
+    EVERY,
+    STEPS,
+    assert_follows,
+    assert_resumes_exactly,
+    resumed_runs,
+    run_case,
+    step_folder,
+)
 
-from conftest import needs, parbench, records_in
+from conftest import needs, parbench
 
 pytestmark = [pytest.mark.slow, needs("tensorflow")]
 
@@ -26,82 +33,39 @@ pytestmark = [pytest.mark.slow, needs("tensorflow")]
 # tf.data: 44 steps make an epoch of digits at batch 32, so the resumed run crosses into the
 # pipeline's second shuffle.
 CASES = {
-    "tf-single": ("--model", "mlp", "--optimizer", "sgd", "--input", "native"),
-    "tf-mirrored": ("--model", "mlp", "--optimizer", "adamw"),
-    "tf-multiworker": ("--model", "resnet", "--optimizer", "adamw"),
+    "tf-single": ("tf-single", "--model", "mlp", "--optimizer", "sgd", "--input", "native"),
+    "tf-mirrored": ("tf-mirrored", "--model", "mlp", "--optimizer", "adamw"),
+    "tf-multiworker": ("tf-multiworker", "--model", "resnet", "--optimizer", "adamw"),
 }
-STEPS, EVERY = 64, 32
-
-
-def _run(folder: Path, backend: str, case: tuple[str, ...], *extra: str,
-         devices: int | None = None) -> tuple[dict, dict[str, np.ndarray]]:
-    """An ok run's record and final weights."""
-    folder.mkdir(exist_ok=True)
-    weights = folder / "final.npz"
-    devices = devices or (1 if backend == "tf-single" else 2)
-    done = parbench("run", backend, "--devices", str(devices), "--dataset", "digits", *case,
-                    "--steps", str(STEPS), "--global-batch", "32", *extra, "--out",
-                    str(folder / "out"), "--save-weights", str(weights), cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = records_in(folder / "out")
-    assert record["status"] == "ok", record["error"]
-    return record, dict(np.load(weights))
 
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory) -> dict:
-    """backend -> (the whole run, its checkpoint folder, the run resumed from step 32)."""
-    found = {}
-    for backend, case in CASES.items():
-        folder = tmp_path_factory.mktemp(backend)
-        checkpoints = folder / "checkpoints"
-        whole = _run(folder / "whole", backend, case, "--checkpoint-every", str(EVERY),
-                     "--checkpoint-dir", str(checkpoints))
-        again = _run(folder / "resumed", backend, case, "--resume-from",
-                     str(checkpoints / f"step-{EVERY}"))
-        found[backend] = (whole, checkpoints, again)
-    return found
+    return resumed_runs(tmp_path_factory, CASES)
 
 
 @pytest.mark.parametrize("backend", CASES)
 def test_a_run_resumed_from_its_step_32_checkpoint_equals_the_whole_run(resumed, backend):
-    (whole, whole_weights), checkpoints, (again, again_weights) = resumed[backend]
-    losses = whole["metrics"]["loss_curve"]
-    assert len(losses) == STEPS and again["steps"] == STEPS - EVERY
-    assert again["metrics"]["loss_curve"] == losses[EVERY:]  # bit for bit
-    for score in ("final_accuracy", "final_loss", "confusion_matrix"):  # the last evaluation's
-        assert again["metrics"][score] == whole["metrics"][score], score
-    assert losses[EVERY] != losses[0]  # it trained: not a curve that equals anything
-    assert whole_weights.keys() == again_weights.keys()
-    for name, tensor in whole_weights.items():  # BatchNorm's running statistics too
-        assert np.array_equal(tensor, again_weights[name]), name
+    assert_resumes_exactly(resumed[backend], backend)
+    _, checkpoints, _ = resumed[backend]
     manifest = json.loads((checkpoints / f"step-{EVERY}" / "parbench.json").read_text())
-    assert np.allclose(manifest["losses"], losses[:EVERY], rtol=1e-12, atol=0)  # the record's
-    assert manifest["run_id"] == whole["run_id"]
     # one TensorFlow checkpoint, the chief's (the other worker's copy went to a folder of its
     # own), and the other worker's BatchNorm statistics
     own = ["state/worker1/statistics.data-00000-of-00001", "state/worker1/statistics.index"]
     assert sorted(manifest["files"]) == ["state/checkpoint", "state/ckpt-1.data-00000-of-00001",
                                          "state/ckpt-1.index",
                                          *(own if backend == "tf-multiworker" else [])]
-    assert [c["step"] for c in whole["checkpoints"]["written"]] == [32, 64]
-    assert again["resumed"] == {"folder": str(checkpoints / f"step-{EVERY}"), "step": EVERY,
-                                "run_id": whole["run_id"], "backend": backend,
-                                "world_size": whole["world_size"]}
-    assert again["run_id"] != whole["run_id"]
 
 
 def test_the_mirrored_checkpoint_of_2_devices_resumes_on_1(resumed, tmp_path):
     """A mirrored variable is saved once and restored into however many copies: tf-mirrored's
     2-device checkpoint, resumed by tf-single."""
-    (whole, whole_weights), checkpoints, _ = resumed["tf-mirrored"]
-    again, weights = _run(tmp_path, "tf-single", CASES["tf-mirrored"], "--resume-from",
-                          str(checkpoints / f"step-{EVERY}"))
-    curve = np.array(again["metrics"]["loss_curve"])
-    assert np.allclose(curve, whole["metrics"]["loss_curve"][EVERY:], rtol=0, atol=1e-6)
-    for name, tensor in whole_weights.items():
-        assert np.allclose(tensor, weights[name], rtol=0, atol=1e-6), name
-    assert again["resumed"]["backend"] == "tf-mirrored" and again["resumed"]["world_size"] == 2
+    _, checkpoints, _ = resumed["tf-mirrored"]
+    again = run_case(tmp_path, ("tf-single", *CASES["tf-mirrored"][1:]), "--resume-from",
+                     step_folder(checkpoints))
+    assert_follows(resumed["tf-mirrored"], again, losses_within=1e-6, weights_within=1e-6)
+    assert again[0]["resumed"]["backend"] == "tf-mirrored"
+    assert again[0]["resumed"]["world_size"] == 2
 
 
 def test_keras_fit_writes_no_checkpoints(tmp_path):

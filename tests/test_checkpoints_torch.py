@@ -12,10 +12,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
 import pytest
+from resume_cases import (
+    STEPS,
+    assert_follows,
+    assert_resumes_exactly,
+    resumed_runs,
+    run_case,
+    step_folder,
+)
 
 from conftest import needs, parbench, records_in
 from parbench.results.segments import rows
@@ -34,71 +40,26 @@ CASES = {
     "torch-ddp native": ("torch-ddp", "--model", "mlp", "--optimizer", "sgd", "--input",
                          "native"),
 }
-STEPS, EVERY = 64, 32
-
-
-def _run(folder: Path, case: tuple[str, ...], *extra: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """An ok run's record and final weights."""
-    folder.mkdir(exist_ok=True)
-    weights = folder / "final.npz"
-    backend, *options = case
-    devices = 1 if backend in ("torch-single", "torch-dp") else 2
-    done = parbench("run", backend, "--devices", str(devices), "--dataset", "digits", *options,
-                    "--steps", str(STEPS), "--global-batch", "32", *extra, "--out",
-                    str(folder / "out"), "--save-weights", str(weights), cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = records_in(folder / "out")
-    assert record["status"] == "ok", record["error"]
-    return record, dict(np.load(weights))
 
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory) -> dict:
-    """case -> (the whole run, its checkpoint folder, the run resumed from step 32)."""
-    found = {}
-    for label, case in CASES.items():
-        folder = tmp_path_factory.mktemp(label.replace(" ", "-"))
-        checkpoints = folder / "checkpoints"
-        whole = _run(folder / "whole", case, "--checkpoint-every", str(EVERY),
-                     "--checkpoint-dir", str(checkpoints))
-        again = _run(folder / "resumed", case, "--resume-from",
-                     str(checkpoints / f"step-{EVERY}"))
-        found[label] = (whole, checkpoints, again)
-    return found
+    return resumed_runs(tmp_path_factory, CASES)
 
 
 @pytest.mark.parametrize("label", CASES)
 def test_a_run_resumed_from_its_step_32_checkpoint_equals_the_whole_run(resumed, label):
-    (whole, whole_weights), checkpoints, (again, again_weights) = resumed[label]
-    losses = whole["metrics"]["loss_curve"]
-    assert len(losses) == STEPS and again["steps"] == STEPS - EVERY
-    assert again["metrics"]["loss_curve"] == losses[EVERY:]  # bit for bit
-    for score in ("final_accuracy", "final_loss", "confusion_matrix"):  # the last evaluation's
-        assert again["metrics"][score] == whole["metrics"][score], score
-    assert losses[EVERY] != losses[0]  # it trained: not a curve that equals anything
-    assert whole_weights.keys() == again_weights.keys()
-    for name, tensor in whole_weights.items():
-        assert np.array_equal(tensor, again_weights[name]), name
-    manifest = json.loads((checkpoints / f"step-{EVERY}" / "parbench.json").read_text())
-    assert np.allclose(manifest["losses"], losses[:EVERY], rtol=1e-12, atol=0)  # the record's
-    assert manifest["run_id"] == whole["run_id"]
-    assert [c["step"] for c in whole["checkpoints"]["written"]] == [32, 64]
-    assert again["resumed"] == {"folder": str(checkpoints / f"step-{EVERY}"), "step": EVERY,
-                                "run_id": whole["run_id"], "backend": CASES[label][0],
-                                "world_size": whole["world_size"]}
-    assert again["run_id"] != whole["run_id"]
+    assert_resumes_exactly(resumed[label], CASES[label][0])
 
 
 def test_the_sharded_checkpoint_of_2_ranks_resumes_on_1(resumed, tmp_path):
     """DCP reshards on load: torch-fsdp's shards, resumed by torch-single."""
-    (whole, whole_weights), checkpoints, _ = resumed["torch-fsdp"]
-    again, weights = _run(tmp_path, ("torch-single", *CASES["torch-fsdp"][1:]),
-                          "--resume-from", str(checkpoints / f"step-{EVERY}"))
-    curve = np.array(again["metrics"]["loss_curve"])
-    assert np.allclose(curve, whole["metrics"]["loss_curve"][EVERY:], rtol=0, atol=1e-6)
-    for name, tensor in whole_weights.items():
-        assert np.allclose(tensor, weights[name], rtol=0, atol=1e-6), name
-    assert again["resumed"]["backend"] == "torch-fsdp" and again["resumed"]["world_size"] == 2
+    _, checkpoints, _ = resumed["torch-fsdp"]
+    again = run_case(tmp_path, ("torch-single", *CASES["torch-fsdp"][1:]), "--resume-from",
+                     step_folder(checkpoints))
+    assert_follows(resumed["torch-fsdp"], again, losses_within=1e-6, weights_within=1e-6)
+    assert again[0]["resumed"]["backend"] == "torch-fsdp"
+    assert again[0]["resumed"]["world_size"] == 2
 
 
 def test_a_checkpoint_of_another_configuration_or_at_the_end_is_refused(resumed, tmp_path):
