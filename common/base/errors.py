@@ -1,4 +1,4 @@
-"""The one error every layer may raise for bad input."""
+"""The errors every layer may raise for bad input."""
 
 from __future__ import annotations
 
@@ -13,3 +13,7 @@ class Unavailable(UsageError):
     than the machine has, a launcher the backend lacks), as opposed to input that is wrong in
     itself: a sweep skips such a configuration with its reason and runs the others, while a
     single run stops with it like any usage error."""
+
+
+class CheckpointError(ValueError):
+    """A folder that is not a checkpoint parbench can resume from: says why, in one line."""

@@ -1,5 +1,5 @@
-"""The ``parbench`` command: list, run, compare, check, report, parity, slurm, peak, explain
-and data."""
+"""The ``parbench`` command: list, run, compare, check, report, parity, slurm, peak, explain,
+data and convert."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from parbench.results.records import check_folder
 from parbench.run.registry import BACKENDS, FRAMEWORKS, REFERENCE
 
 from .compare_command import add_compare_parser
+from .convert_command import add_convert_parser
 from .data_command import add_data_parser
 from .explain import add_explain_parser
 from .parity import FAMILIES
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_peak_parser(sub)
     add_explain_parser(sub)
     add_data_parser(sub)
+    add_convert_parser(sub)
     return parser
 
 

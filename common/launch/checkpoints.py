@@ -10,17 +10,18 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from parbench.base.errors import Unavailable, UsageError
+from parbench.base.errors import CheckpointError, Unavailable, UsageError
 from parbench.contract.spec import ModelSpec, parameters
 from parbench.run.checkpoint import (
     MANIFEST,
+    STATE,
     STEP_PREFIX,
-    CheckpointError,
     Checkpoints,
     latest,
     read,
     step_folder,
 )
+from parbench.run.portable import PORTABLE, check_state
 from parbench.run.registry import BACKENDS, Backend
 
 from .lifetime import stop_signal
@@ -70,12 +71,11 @@ class Resume:
         return asdict(self)
 
 
-def resume_point(cfg, backend: Backend, spec: ModelSpec, spec_sha256: str,
-                 total_steps: int) -> Resume | None:
+def resume_point(cfg, plan, spec: ModelSpec, spec_sha256: str) -> Resume | None:
     """The checkpoint --resume-from names (a step's folder, or the latest in a folder), its
     files checked against their checksums and its run against this one (the framework, the
     model's tensors, then the configuration); UsageError says what does not fit, in one
-    line."""
+    line. A portable checkpoint (parbench convert's) fits every framework."""
     if cfg.resume_from is None:
         return None
     try:
@@ -83,9 +83,12 @@ def resume_point(cfg, backend: Backend, spec: ModelSpec, spec_sha256: str,
         manifest = read(folder)
     except CheckpointError as err:
         raise UsageError(str(err)) from None
-    if manifest["framework"] != backend.framework:
+    backend = plan.backend
+    if manifest["framework"] not in (backend.framework, PORTABLE):
         raise UsageError(f"--resume-from {folder}: written by {manifest['backend']} "
-                         f"({manifest['api']}); a {backend.framework} backend cannot read it")
+                         f"({manifest['api']}); a {backend.framework} backend cannot read it "
+                         f"('parbench convert {folder} --out DIR' makes a portable one that "
+                         "every backend reads)")
     other_tensor = _first_other_tensor(manifest["tensors"], tensors_of(spec))
     if other_tensor:
         raise UsageError(f"--resume-from {folder}: written for another model: {other_tensor}")
@@ -93,11 +96,22 @@ def resume_point(cfg, backend: Backend, spec: ModelSpec, spec_sha256: str,
         raise UsageError(f"--resume-from {folder}: written by a run of another configuration "
                          f"({_differences(manifest['config'], cfg.as_dict())}); resume it with "
                          "the model, data, batch, steps, optimizer and seed it was written with")
-    if manifest["step"] >= total_steps:
+    if manifest["step"] >= plan.total_steps:
         raise UsageError(f"--resume-from {folder}: its step {manifest['step']} is the end of "
-                         f"the run's {total_steps} steps; there is nothing left to train")
+                         f"the run's {plan.total_steps} steps; there is nothing left to train")
+    if manifest["framework"] == PORTABLE:
+        _check_portable(folder, manifest, spec, plan.optimizer.name)
     return Resume(str(folder.resolve()), manifest["step"], manifest["run_id"],
                   manifest["backend"], manifest["world_size"])
+
+
+def _check_portable(folder: Path, manifest: dict, spec: ModelSpec, optimizer: str) -> None:
+    """A portable checkpoint's files hold this model's tensors and the rule's slots."""
+    trainable = [name for name, param in parameters(spec).items() if param.trainable]
+    try:
+        check_state(folder / STATE, tensors_of(spec), trainable, optimizer, manifest["step"])
+    except CheckpointError as err:
+        raise UsageError(f"--resume-from {err}") from None
 
 
 def tensors_of(spec: ModelSpec) -> dict[str, list[int]]:

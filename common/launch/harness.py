@@ -121,7 +121,7 @@ def prepare(cfg: RunConfig, shared: Path, plan: Plan | None = None) -> Prepared:
     except ValueError as err:
         raise UsageError(str(err)) from None
     digest = spec_hash(spec, dataset, plan, cfg)
-    plan = replace(plan, resume=resume_point(cfg, plan.backend, spec, digest, plan.total_steps))
+    plan = replace(plan, resume=resume_point(cfg, plan, spec, digest))
     check_checkpoint_dir(cfg, digest)
     (shared / "data").mkdir(parents=True, exist_ok=True)
     dataset.save(shared / "data")
@@ -179,7 +179,7 @@ class Keep:
                 write_atomic(path, json.dumps(found[split]).encode())
 
 
-def _job(prepared: Prepared, workdir: Path, keep: Keep, checked_in: CheckIn | None,
+def make_job(prepared: Prepared, workdir: Path, keep: Keep, checked_in: CheckIn | None,
          run_id: str) -> Job:
     plan, cfg = prepared.plan, prepared.cfg
     return Job(backend=cfg.backend, launcher=plan.launcher, world_size=plan.world_size,
@@ -239,7 +239,7 @@ def execute(prepared: Prepared, workdir: Path, repeat: int,
             raise
         return Execution("failed", str(err), None, launch, time.time() - launch,
                          load_env(before, LoadSample.now()), workdir, run_id=run_id)
-    job_path = _job(prepared, workdir, keep, checked_in, run_id).save()
+    job_path = make_job(prepared, workdir, keep, checked_in, run_id).save()
     launcher = LAUNCHERS[plan.launcher]
     status, code = supervise(launcher.command(job_path, plan.devices_per_node, plan.nodes),
                              plan, prepared.cfg, workdir, link)

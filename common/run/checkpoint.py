@@ -33,17 +33,16 @@ from typing import Protocol
 
 import numpy as np
 
+from parbench.base.errors import CheckpointError
 from parbench.base.files import write_atomic
+
+from .portable import PORTABLE, TrainingState, read_state
 
 STEP_PREFIX = "step-"
 MANIFEST = "parbench.json"
 STATE = "state"  # the framework's own files, under the step's folder
 FORMAT = "parbench-checkpoint"
 VERSION = 1
-
-
-class CheckpointError(ValueError):
-    """A folder that is not a checkpoint parbench can resume from: says why, in one line."""
 
 
 class Checkpointer(Protocol):
@@ -58,6 +57,9 @@ class Checkpointer(Protocol):
 
     def load_checkpoint(self, folder: Path) -> None:
         """Restore the training state that ``folder`` (a step's ``state/``) holds."""
+
+    def load_portable(self, state: TrainingState) -> None:
+        """Restore a portable checkpoint's state (parbench.run.portable)."""
 
     def all_reduce_sum(self, values: np.ndarray) -> np.ndarray:
         """Sum across processes: here, the barrier between writing and renaming."""
@@ -119,7 +121,10 @@ class Saver:
             return 0
         folder = Path(self.plan.resume_from)
         manifest = json.loads((folder / MANIFEST).read_text())
-        strategy.load_checkpoint(folder / STATE)
+        if manifest["framework"] == PORTABLE:  # parbench convert's, of any framework
+            strategy.load_portable(read_state(folder / STATE))
+        else:
+            strategy.load_checkpoint(folder / STATE)
         self.earlier = manifest["losses"]
         return manifest["step"]
 

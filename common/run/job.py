@@ -52,6 +52,9 @@ class Job:
     node_rank: int = 0
     cluster: list[str] | None = None  # tf-config on several nodes: every worker's HOST:PORT
     checkpoints: dict | None = None  # asdict(parbench.run.checkpoint.Checkpoints), if any
+    # parbench convert: load the checkpoint checkpoints.resume_from names and write it portable
+    # (parbench.run.convert) instead of training
+    export_portable: bool = False
 
     @property
     def first_rank(self) -> int:

@@ -36,10 +36,12 @@ from parbench.contract.weights import save_weights
 
 from .checkpoint import Saver
 from .collect import collect_rank_files
+from .convert import export
 from .feeds import ArrayFeed, Feed, FeedLog, run_length
 from .footprint import Communication, StateBytes
 from .job import FAULT_ENV, PREDICTIONS_FILE, Job, write_error
 from .modes import Observed, check_observed
+from .portable import TrainingState
 from .profiling import Session, StepProfiler
 
 EVAL_CHUNK = 1024  # rows per evaluate() call: bounds memory, not part of the contract
@@ -104,6 +106,13 @@ class Strategy(Protocol):
 
     def load_checkpoint(self, folder: Path) -> None:
         """Restore the training state a checkpoint's ``state/`` folder holds."""
+
+    def portable_state(self, step: int) -> TrainingState:
+        """The training state after ``step`` steps in the contract's terms, for a portable
+        checkpoint (parbench.run.portable): canonical weights, the optimizer rule's slots."""
+
+    def load_portable(self, state: TrainingState) -> None:
+        """Restore a portable checkpoint's state, written by any framework."""
 
 
 @dataclass
@@ -256,20 +265,25 @@ class Progress:
 
 
 def run_worker(job: Job, build: Callable[[Job], Strategy],
-               train: Callable[[Strategy], RankLog] | None = None) -> RankLog:
+               train: Callable[[Strategy], RankLog] | None = None) -> RankLog | None:
     """Build this process's strategy, train it for the run's steps on the feed's batches
     (evaluating when ``Evaluations`` says, and stopping at a --target; ``train`` replaces this
     loop where a framework's own one drives the steps: Keras fit), then tear it down however
-    training ended. A failure is
-    written to the job's errors first, then re-raised after a failed teardown (see
-    Strategy.teardown). A strategy that fails to build holds nothing to tear down."""
+    training ended (``parbench convert``'s job instead loads the checkpoint it names and writes
+    it portable: parbench.run.convert). A failure is written to the job's errors first, then
+    re-raised after a failed teardown (see Strategy.teardown). A strategy that fails to build
+    holds nothing to tear down."""
     try:
         strategy = build(job)
     except BaseException:
         write_error(job, f"process {os.getpid()}")  # no strategy, so no rank to name yet
         raise
     try:
-        log = train(strategy) if train else _train(job, strategy)
+        if job.export_portable:  # parbench convert: load a checkpoint, write it portable
+            log = None
+            export(job, strategy)
+        else:
+            log = train(strategy) if train else _train(job, strategy)
     except BaseException:
         write_error(job, f"rank {strategy.rank}")
         strategy.teardown(failed=True)

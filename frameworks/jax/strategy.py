@@ -37,10 +37,11 @@ from parbench.run.feeds import Feed
 from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import COMPUTE_DTYPES, Modes, Observed
+from parbench.run.portable import TrainingState
 from parbench.run.profiling import StepProfiler
 from parbench.run.registry import get_backend
 
-from . import footprint, model, runtime, tasks, training
+from . import footprint, model, portable, runtime, tasks, training
 from .layers import Params, Stats
 from .optim import make_optimizer
 from .training import LossOf, TrainState
@@ -58,6 +59,7 @@ class JaxStrategy(ABC):
     optimizer: optax.GradientTransformation  # the shared rule (--optimizer, --clip-grad-norm)
     clip: float | None  # --clip-grad-norm
     state: TrainState  # placed where the step keeps it
+    placed_on: list[jax.Device]  # every replica's device, every process's: where it is placed
     devices: list[jax.Device]  # where the replicas live (runtime.checked_replica_devices)
     sync_bn_layers: int  # BatchNorm layers whose statistics the step takes over every device
     notes: list[str]
@@ -75,10 +77,11 @@ class JaxStrategy(ABC):
         # keeps them; every copy comes from the same host arrays, so none needs a broadcast
         self.spec, self.task = job.spec, tasks.loss_for(job.task)
         self.compute_dtype = COMPUTE_DTYPES[job.modes.precision]  # --precision: Flax's dtype
-        self.optimizer = make_optimizer(self.spec, job.optimizer_spec)
+        self.optimizer, self.rule = make_optimizer(self.spec, job.optimizer_spec), \
+            job.optimizer_spec.name
         self.clip = job.optimizer_spec.clip_grad_norm
         state = training.initial_state(self.spec, load_weights(job.weights_path), self.optimizer)
-        self.state = self.place_state(state, devices)
+        self.state, self.placed_on = self.place_state(state, devices), devices
         local = [device for device in devices if device.process_index == jax.process_index()]
         self.devices = runtime.checked_replica_devices(self.state.params, len(local))
         syncs = self.modes.sync_bn and len(devices) > 1  # one device has no other statistics
@@ -253,6 +256,18 @@ class JaxStrategy(ABC):
         from . import checkpoint
 
         self.state = checkpoint.load(folder, self.state, self.stacked_parts())
+
+    # the same state in the contract's terms, which any framework reads (see portable.py)
+    def portable_state(self, step: int) -> TrainingState:
+        opt_state = jax.device_get(self.state.opt_state)  # whole, of a sharded array too
+        if self.stacked_params:
+            opt_state = jax.tree.map(lambda entries: entries[0], opt_state)
+        return portable.portable_state(self.spec, self.export_weights(), opt_state, self.rule,
+                                       step)
+
+    def load_portable(self, state: TrainingState) -> None:
+        self.state = self.place_state(portable.host_state(self.spec, self.optimizer, state),
+                                      self.placed_on)
 
     def stacked_parts(self) -> TrainState:
         """Which parts of the state carry a leading replica axis."""

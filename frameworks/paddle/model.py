@@ -124,26 +124,34 @@ def build_model(spec: ModelSpec, weights: dict[str, np.ndarray]) -> nn.Layer:
     if spec.kind not in BUILDERS:
         raise ValueError(f"paddle has no builder for model kind {spec.kind!r}")
     model = BUILDERS[spec.kind](spec)
-    linear = _linear_weights(model)
-    names = {_canonical_name(name): name for name in model.state_dict()}
-    if set(names) != set(weights):
+    names = {_canonical_name(name) for name in model.state_dict()}
+    if names != set(weights):
         raise ValueError(f"canonical weights do not fit the paddle model: missing "
-                         f"{sorted(set(names) - set(weights))}, unexpected "
-                         f"{sorted(set(weights) - set(names))}")
-    current, state = model.state_dict(), {}
-    for canonical, name in names.items():
-        array = np.asarray(weights[canonical], np.float32)
+                         f"{sorted(names - set(weights))}, unexpected "
+                         f"{sorted(set(weights) - names)}")
+    model.set_state_dict(paddle_state(model, weights))
+    return model
+
+
+def paddle_state(model: nn.Layer, arrays: dict[str, np.ndarray]) -> dict[str, paddle.Tensor]:
+    """Canonical name -> array, as the Layer's structured name -> tensor in Paddle's layout:
+    its weights, or any part of them (an optimizer's slots of its trainable tensors)."""
+    linear, current = _linear_weights(model), model.state_dict()
+    structured = {_canonical_name(name): name for name in current}
+    state = {}
+    for canonical, array in arrays.items():
+        name = structured[canonical]
+        array = np.asarray(array, np.float32)
         array = array.T.copy() if name in linear else array
         if tuple(array.shape) != tuple(current[name].shape):
             # set_state_dict only warns about a shape mismatch and keeps the old tensor
             raise ValueError(f"{canonical}: shape {array.shape} does not fit the paddle model "
                              f"({name}: {tuple(current[name].shape)})")
         state[name] = paddle.to_tensor(array)
-    model.set_state_dict(state)
-    return model
+    return state
 
 
-def _canonical(model: nn.Layer, tensors) -> dict[str, np.ndarray]:
+def canonical(model: nn.Layer, tensors) -> dict[str, np.ndarray]:
     """(Paddle name, tensor) pairs as canonical name -> array in the canonical layout."""
     linear = _linear_weights(model)
     return {_canonical_name(name): (tensor.numpy().T if name in linear else tensor.numpy()).copy()
@@ -151,11 +159,11 @@ def _canonical(model: nn.Layer, tensors) -> dict[str, np.ndarray]:
 
 
 def export_weights(model: nn.Layer) -> dict[str, np.ndarray]:
-    return _canonical(model, model.state_dict().items())
+    return canonical(model, model.state_dict().items())
 
 
 def export_gradients(model: nn.Layer) -> dict[str, np.ndarray]:
     """The trainable parameters' gradients in the canonical layout (what the optimizer tests
     feed parbench.optim.AdamWReference)."""
-    return _canonical(model, ((name, p.grad) for name, p in model.named_parameters()
+    return canonical(model, ((name, p.grad) for name, p in model.named_parameters()
                               if p.grad is not None))

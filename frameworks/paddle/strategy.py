@@ -27,8 +27,9 @@ from parbench.contract.weights import load_weights
 from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
+from parbench.run.portable import TrainingState
 
-from . import checkpoint, optim, runtime
+from . import checkpoint, optim, portable, runtime
 from .input import LoaderFeed
 from .model import build_model, export_weights, model_notes
 from .modes import ModelModes
@@ -57,7 +58,8 @@ class PaddleStrategy(ABC):
         # before the wrapper and the optimizer see the model (see ModelModes)
         self.model_modes = ModelModes(self.module, self.modes, replicas=self.num_processes)
         self.model: nn.Layer = self.wrap(self.module)
-        self.optimizer = optim.make_optimizer(self.module, job.optimizer_spec, job.spec)
+        self.rule = job.optimizer_spec
+        self.optimizer = optim.make_optimizer(self.module, self.rule, job.spec)
         self.model, self.optimizer = self.shard(self.model, self.optimizer)
         self.step = runtime.TrainStep(self.model, self.optimizer, self.modes, self.task_loss,
                                       optim.clipper(self.module, job.optimizer_spec),
@@ -144,6 +146,13 @@ class PaddleStrategy(ABC):
     def load_checkpoint(self, folder: Path) -> None:
         checkpoint.load(folder, self.module, self.optimizer, self.step.scaler, self.rank,
                         self.device)
+
+    # the same state in the contract's terms, which any framework reads (see portable.py)
+    def portable_state(self, step: int) -> TrainingState:
+        return portable.portable_state(self.module, self.optimizer, self.rule, step)
+
+    def load_portable(self, state: TrainingState) -> None:
+        portable.load_portable(self.module, self.optimizer, self.rule, state)
 
     def teardown(self, failed: bool) -> None:
         pass  # no process group to release

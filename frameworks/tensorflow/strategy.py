@@ -22,8 +22,9 @@ from parbench.run.feeds import Feed
 from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
+from parbench.run.portable import TrainingState
 
-from . import checkpoint, runtime
+from . import checkpoint, portable, runtime
 from .input import TFDataFeed
 from .model import build_model, export_weights
 from .optimizers import make_optimizer
@@ -156,6 +157,14 @@ class TFStrategy(ABC):
 
     def load_checkpoint(self, folder: Path) -> None:
         checkpoint.load(folder, self.model, self.optimizer, self.rank)
+
+    # the same state in the contract's terms, which any framework reads (see portable.py)
+    def portable_state(self, step: int) -> TrainingState:
+        return portable.portable_state(self.model, self.optimizer, self.spec,
+                                       self.job.optimizer_spec.name, step)
+
+    def load_portable(self, state: TrainingState) -> None:
+        portable.load_portable(self.model, self.optimizer, self.spec, state)
 
     # --- teardown: TF has no call to leave a strategy or its cluster: the process's exit
     # releases it, after a failure too (nothing here can wait for a peer)

@@ -28,8 +28,9 @@ from parbench.run.feeds import Feed
 from parbench.run.footprint import Communication, StateBytes
 from parbench.run.job import Job
 from parbench.run.modes import Observed
+from parbench.run.portable import TrainingState
 
-from . import checkpoint, runtime
+from . import checkpoint, portable, runtime
 from .footprint import CollectiveBytes, state_bytes
 from .model import build_model, export_weights
 from .profile import StepProfiler
@@ -57,6 +58,7 @@ class TorchStrategy(ABC):
         self.module: nn.Module = self.convert_module(build_model(job.spec, weights).to(self.device))
         self.model: nn.Module = self.wrap(self.module)
         self.optimizer = runtime.optimizer(self.module, job.optimizer_spec, job.spec)
+        self.rule = job.optimizer_spec.name
         self.step = runtime.Step(self.model, self.module, self.optimizer, self.device,
                                  self.modes, self.task_loss, no_sync=self.hold_gradients,
                                  clip=job.optimizer_spec.clip_grad_norm,
@@ -162,6 +164,13 @@ class TorchStrategy(ABC):
 
     def load_checkpoint(self, folder: Path) -> None:
         checkpoint.load(folder, self.module, self.optimizer, self.step.scaler, self.rank)
+
+    # the same state in the contract's terms, which any framework reads (see portable.py)
+    def portable_state(self, step: int) -> TrainingState:
+        return portable.portable_state(self.module, self.optimizer, self.rule, step)
+
+    def load_portable(self, state: TrainingState) -> None:
+        portable.load_portable(self.module, self.optimizer, state)
 
     def teardown(self, failed: bool) -> None:
         pass  # no process group to release
