@@ -25,10 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from resume_cases import devices_of, run_case, step_folder
 
 from conftest import parbench, shared_result
 from parbench.cli.parity import TRAJECTORY_TOLERANCE, relative_difference
-from resume_cases import devices_of, run_case, step_folder
 
 STEPS, AT, THEN = 64, 32, 48  # torch's checkpoint, then the other framework's
 CASES = {"sgd": ("--model", "resnet-nonorm", "--optimizer", "sgd"),

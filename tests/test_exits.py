@@ -121,7 +121,7 @@ def _run(tmp_path, train, build=Recorder):
         built.append(build(job))
         return built[-1]
 
-    job = SimpleNamespace(path=tmp_path)
+    job = SimpleNamespace(path=tmp_path, export_portable=False)
     try:
         return run_worker(job, recorded, train=train), built
     except BaseException as error:  # noqa: BLE001 (what run_worker re-raised)
