@@ -13,11 +13,11 @@ Two cases, each 64 steps on digits at global batch 32:
 
 A run resumed in another framework follows torch-single's whole run within parity's tolerance
 across frameworks (1e-4, relative to each tensor's largest value). Measured on 2 AMD EPYC vCPUs
-(2026-12-04): 8.3e-7 (loss curves) and 1.2e-5 (weights) at most, the whole runs of the
-frameworks themselves 1.2e-6 and 4.3e-6 from torch's; a step count off by one in the bias
-correction ends 5.9e-3 away. With BatchNorm, SGD at lr 0.1 amplifies each framework's rounding
-beyond any tolerance in 64 steps (jax-single's whole run ends 5.1e-3 from torch's), hence the
-no-norm model for SGD, as parity's trajectories have it.
+(2026-12-04): 3.2e-7 (loss curves) and 9.4e-7 (weights) at most, the frameworks' own whole
+runs up to 2.9e-7 and 2.5e-6 from torch's; a step count off by one in the bias correction ends
+5.9e-3 away. With BatchNorm, SGD at lr 0.1 amplifies each framework's rounding beyond any
+tolerance in 64 steps (jax-single's whole run ends 5.1e-3 from torch's), hence the no-norm
+model for SGD, as parity's trajectories have it.
 """
 
 from __future__ import annotations
