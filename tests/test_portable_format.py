@@ -153,7 +153,7 @@ def test_convert_refuses_what_it_cannot_convert_in_one_line(tmp_path, monkeypatc
     assert "an fp16 run: its dynamic loss scale" in _refused(capsys, str(fp16), "--out", "p")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "kept.txt").write_text("mine")
-    assert "--out full: exists and is not an empty folder" in _refused(
+    assert "full exists and is not an empty folder; convert writes a new one" in _refused(
         capsys, str(native), "--out", "full")
     write_portable(tmp_path / "portable", _state(), "adamw", read(native), native)
     assert "is portable already (converted from torch-single's)" in _refused(

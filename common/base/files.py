@@ -1,15 +1,20 @@
-"""Files written whole or not at all: a reader (the harness polling a worker, a report over a
-folder being written, a resumed sweep) never sees half a file. And parbench's temporary folders,
-named so that a later parbench removes those a killed process left behind."""
+"""Files and folders written whole or not at all: a reader (the harness polling a worker, a
+report over a folder being written, a resumed sweep) never sees half a file. And parbench's
+temporary folders, named so that a later parbench removes those a killed process left
+behind."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+
+from .errors import UsageError
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -24,6 +29,31 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
+        raise
+
+
+def check_new_folder(target: Path, writer: str) -> None:
+    """UsageError unless ``target`` can become a new folder: absent or empty, in a folder that
+    exists (``writer``: the command, for the message)."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"{target} exists and is not an empty folder; {writer} writes a new one")
+    if not target.parent.is_dir():
+        raise UsageError(f"{target.parent}: no such folder")
+
+
+@contextmanager
+def new_folder(target: Path) -> Iterator[Path]:
+    """A folder that appears at ``target`` whole or not at all: the block writes into the
+    staging folder it is given (beside ``target``, so the rename stays on one file system),
+    which is renamed into place when the block ends and removed if it raises."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            target.rmdir()
+        staging.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

@@ -5,11 +5,9 @@ read it back with ``--dataset coco --data-dir DIR``."""
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from pathlib import Path
 
-from parbench.base.errors import UsageError
+from parbench.base.files import check_new_folder, new_folder
 from parbench.contract.coco import write_split
 from parbench.contract.faces import SPLIT_SEEDS, draw_split
 
@@ -30,21 +28,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Every split into a folder beside DIR, moved into place when whole: a stopped export
     leaves no DIR half-written."""
     target = Path(args.dir)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UsageError(f"{target} exists and is not an empty folder; export writes a new one")
-    if not target.parent.is_dir():
-        raise UsageError(f"{target.parent}: no such folder")
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+    check_new_folder(target, "export")
+    with new_folder(target) as staging:
         for split in SPLIT_SEEDS:
             images, boxes = draw_split(split)
             write_split(staging / split, images, boxes)
             print(f"{split}: {len(images)} images, {sum(map(len, boxes))} faces")
-        if target.exists():
-            target.rmdir()
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     print(f"wrote {target} (read it back with --dataset coco --data-dir {target})")
     return 0

@@ -12,13 +12,12 @@ stay framework-free.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import uuid
 from dataclasses import replace
 from pathlib import Path
 
 from parbench.base.errors import CheckpointError, Unavailable, UsageError
-from parbench.base.files import private_tempdir
+from parbench.base.files import check_new_folder, new_folder, private_tempdir
 from parbench.run.checkpoint import MANIFEST, latest, read
 from parbench.run.convert import PORTABLE_FOLDER
 from parbench.run.portable import PORTABLE
@@ -56,14 +55,6 @@ def native_checkpoint(source: Path) -> tuple[Path, dict]:
     return folder, manifest
 
 
-def check_out(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"--out {out}: exists and is not an empty folder; convert writes a "
-                         "new one")
-    if not out.parent.is_dir():
-        raise UsageError(f"--out {out}: {out.parent} is no folder")
-
-
 def converting_config(folder: Path, manifest: dict, timeout: float) -> RunConfig:
     """The checkpoint's configuration on its framework's 1-device backend, resuming from it."""
     framework = FRAMEWORKS[manifest["framework"]]
@@ -82,14 +73,15 @@ def convert(source: Path, out: Path, timeout: float) -> Path:
     ``out``, a new folder that appears whole or not at all; returns the step's folder read.
     UsageError on bad input, ConvertFailed when the converting job fails."""
     folder, manifest = native_checkpoint(source)
-    check_out(out)
+    check_new_folder(out, "convert")
     with private_tempdir("parbench-run-") as tmp:
         shared, workdir = Path(tmp) / "shared", Path(tmp) / "job"
         shared.mkdir()
         workdir.mkdir()
         prepared = prepare(converting_config(folder, manifest, timeout), shared)
         written = _export(prepared, workdir)
-        _move_into_place(written, out)
+        with new_folder(out) as staging:  # beside out: the job's folder may be elsewhere
+            shutil.copytree(written, staging, dirs_exist_ok=True)
     return folder
 
 
@@ -104,16 +96,3 @@ def _export(prepared: Prepared, workdir: Path) -> Path:
     if status != "ok" or not (written / MANIFEST).is_file():
         raise ConvertFailed(failure(status, code, plan, cfg, workdir, None))
     return written
-
-
-def _move_into_place(written: Path, out: Path) -> None:
-    """Copied beside ``out`` (the job's folder may be on another file system), then renamed."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        shutil.copytree(written, staging, dirs_exist_ok=True)
-        if out.exists():
-            out.rmdir()
-        staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
