@@ -169,11 +169,14 @@ def test_convert_refuses_a_bad_timeout_and_a_framework_not_installed(tmp_path, m
     monkeypatch.chdir(tmp_path)
     native = _native(tmp_path / "ck")
     assert "--timeout must be" in _refused(capsys, str(native), "--out", "p", "--timeout", "nan")
+    newer = _native(tmp_path / "newer", config={**CONFIG, "warp_drive": True})
+    assert "written with options this parbench does not have (warp_drive)" in _refused(
+        capsys, str(newer), "--out", "p")
     missing = replace(registry.FRAMEWORKS["torch"], imports=("parbench_no_such_module",))
     monkeypatch.setitem(registry.FRAMEWORKS, "torch", missing)
     err = _refused(capsys, str(native), "--out", "p")
     assert "was written by torch-single and only torch reads it" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "newer"]
 
 
 def test_a_native_checkpoint_of_another_framework_is_refused_pointing_to_convert(

@@ -20,12 +20,13 @@ from parbench.base.errors import CheckpointError, Unavailable, UsageError
 from parbench.base.files import check_new_folder, new_folder, private_tempdir
 from parbench.run.checkpoint import MANIFEST, latest, read
 from parbench.run.convert import PORTABLE_FOLDER
+from parbench.run.modes import MODES
 from parbench.run.portable import PORTABLE
 from parbench.run.registry import FRAMEWORKS, LAUNCHERS
 
 from .checkpoints import FREE
 from .harness import Keep, Prepared, make_job, prepare
-from .options import RunConfig
+from .options import OPTIONS, RunConfig
 from .supervise import failure, supervise
 
 
@@ -64,6 +65,10 @@ def converting_config(folder: Path, manifest: dict, timeout: float) -> RunConfig
         raise Unavailable(f"convert: {folder} was written by {manifest['backend']} and only "
                           f"{framework.name} reads it: {missing}")
     kept = {key: value for key, value in manifest["config"].items() if key not in FREE}
+    unknown = sorted(set(kept) - set(OPTIONS) - set(MODES))
+    if unknown:  # a checkpoint of another parbench version
+        raise UsageError(f"convert: {folder} was written with options this parbench does not "
+                         f"have ({', '.join(unknown)}); convert it with the version that wrote it")
     return RunConfig.of(**kept, backend=backend.name, devices=1, resume_from=str(folder),
                         timeout=timeout)
 
