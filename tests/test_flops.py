@@ -257,6 +257,9 @@ def xla_products(model: str) -> tuple[int, int]:
 XLA_SURPLUS = {  # model: (forward, training)
     "resnet": (1.0690, 1.0981),  # BatchNorm, relu, residual adds
     "resnet-nonorm": (1.0203, 1.0257),  # conv biases, relu, residual adds
+    # BatchNorm, relu, residual adds and the stem's max-pool, beside far more products per
+    # activation (bottlenecks on 256 to 2048 channels) than the resnet's
+    "resnet50": (1.0211, 1.0284),
     "mlp": (1.00184, 1.00257),  # biases and relus (the forward exactly, below)
     "vit": (1.1501, 1.1173),
     "gpt": (1.1816, 1.1077),
@@ -334,6 +337,7 @@ def tf_tied_projection_surplus(model: str) -> int:
 TF_SURPLUS = {  # model: (forward, training)
     "resnet": (1.0426, 1.0295),  # BatchNorm
     "resnet-nonorm": (1.0092, 1.0048),  # BiasAdd, residual adds
+    "resnet50": (1.0076, 1.0026),  # BatchNorm, on far more products per activation
     "mlp": (1.0009, 1.0009),  # BiasAdd, and BiasAddGrad in training
     "vit": (1.0413, 1.0388),  # LayerNorm, softmax, BiasAdd
     "gpt": (1.0354, 1.0343),

@@ -59,8 +59,13 @@ class Family:
 
 
 FAMILIES = {
+    # ResNet-50 in inference mode only: in training mode, on the 16x16 probe (its last stages
+    # 1x1 and 2x2), its 16 blocks' BatchNorms on batch statistics amplify float32's rounding
+    # past the tolerance: torch's own float32 logits are 1.5e-4 from its float64 ones there
+    # (measured), and every framework's 0.9e-4 to 1.4e-4 from torch's. Its training step is
+    # held at 224x224 in tests/test_published_steps.py
     "resnet": Family((("resnet", "train"), ("resnet", "eval"), ("resnet-nonorm", "train"),
-                      ("mlp", "train")), dict(model="resnet-nonorm")),
+                      ("mlp", "train"), ("resnet50", "eval")), dict(model="resnet-nonorm")),
     # clipping at 4.0 is active on 4 of these 10 steps (measured, torch-single: global norms
     # 6.98 3.49 5.86 3.36 5.67 4.79 2.94 3.08 3.90 3.51), so the trajectory tests both the
     # clipped steps' scale and the decision to clip

@@ -40,12 +40,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .spec import (
+    Backbone,
     CenterNetSpec,
     GPTSpec,
     MLPSpec,
     ModelSpec,
     ResNetSpec,
     ViTSpec,
+    block_convs,
     kind_of,
     resnet_blocks,
 )
@@ -115,17 +117,25 @@ class Conv:
         return height * width * self.c_out * self.c_in * self.kernel * self.kernel
 
 
-def resnet_convs(spec: ResNetSpec | CenterNetSpec) -> list[Conv]:
-    """Every convolution of the ResNet in order: the stem, then per block its 1x1 projection
-    shortcut where it has one, and its two 3x3 convolutions (the first one strided)."""
+def resnet_convs(spec: Backbone) -> list[Conv]:
+    """Every convolution of the ResNet in order: the stem, then per block its convolutions and
+    its 1x1 projection shortcut where it has one (parbench.contract.spec.block_convs). The
+    stem's max-pool, where there is one, halves the size the first block reads."""
     channels, height, width = spec.input_shape
-    convs = [Conv(channels, spec.stem_channels, 3, 1, 1, (height, width))]
-    for _name, c_in, c_out, stride, projection in resnet_blocks(spec):
-        size = convs[-1].output_size
-        if projection:
-            convs.append(Conv(c_in, c_out, 1, stride, 0, size))
-        first = Conv(c_in, c_out, 3, stride, 1, size)
-        convs += [first, Conv(c_out, c_out, 3, 1, 1, first.output_size)]
+    stem = Conv(channels, spec.stem_channels, spec.stem_kernel, spec.stem_stride,
+                spec.stem_kernel // 2, (height, width))
+    convs, size = [stem], stem.output_size
+    if spec.stem_pool:  # 3x3, stride 2, padding 1
+        size = tuple((s + 2 - 3) // 2 + 1 for s in size)
+    for block in resnet_blocks(spec):
+        block_input, inner = size, size
+        for _name, c_in, c_out, kernel, stride in block_convs(block):
+            source = block_input if _name in ("conv1", "shortcut") else inner
+            conv = Conv(c_in, c_out, kernel, stride, kernel // 2, source)
+            convs.append(conv)
+            if _name != "shortcut":
+                inner = conv.output_size
+        size = inner
     return convs
 
 

@@ -3,11 +3,19 @@
 Conventions every builder must follow (and the parity tests check):
 
 * Images are NCHW float32 in the shared data; a builder that wants NHWC transposes itself.
-* Convolutions are 3x3 with padding 1 on *every* side, or 1x1 with padding 0. TF's
-  ``padding="same"`` pads stride-2 convolutions asymmetrically, so it is not this spec.
+* A k x k convolution pads k // 2 zeros on *every* side (3x3: 1, 1x1: 0, the 7x7 stem: 3).
+  TF's ``padding="same"`` pads stride-2 convolutions asymmetrically, so it is not this spec.
 * A convolution has a bias exactly when no BatchNorm follows it.
+* Stem: ``relu(norm(conv(x)))``, a ``stem_kernel`` convolution at ``stem_stride``; with
+  ``stem_pool`` then a 3x3 max-pool at stride 2 with padding 1 (torch's ``MaxPool2d(3, 2, 1)``:
+  its input is a ReLU's, never negative, so padding with 0 or with -inf pools the same).
 * Residual block: ``relu(norm2(conv2(relu(norm1(conv1(x))))) + shortcut(x))``; the shortcut is
   a 1x1 convolution (+ norm) when the stride or the channel count changes, else identity.
+  Stage i has ``stage_blocks[i]`` blocks, the first at the stage's stride, the rest at 1.
+* Bottleneck block (``bottleneck``; ResNet-50 v1.5, torchvision's): ``conv1`` 1x1 to
+  ``c_out / 4`` channels, ``conv2`` 3x3 at the block's stride (v1.5: the stride is here, not in
+  conv1), ``conv3`` 1x1 to ``c_out``, each with its norm and a ReLU between; the shortcut as
+  above. Blocks are numbered through the stages: ``blocks.0`` to ``blocks.15`` in ResNet-50.
 * Head: global average pool over H and W, then a dense layer with bias.
 * BatchNorm uses the torch convention: ``running = (1 - momentum) * running + momentum * batch``
   (Keras and Paddle call ``1 - momentum`` their momentum), normalises with the biased batch
@@ -60,6 +68,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
+from typing import NamedTuple
 
 from parbench.base.options import Bounds, Option
 
@@ -78,7 +87,15 @@ class ResNetSpec:
     stage_channels: tuple[int, ...] = (8, 16, 32)
     stage_strides: tuple[int, ...] = (1, 2, 2)
     norm: BatchNormSpec | None = field(default_factory=BatchNormSpec)
+    stem_kernel: int = 3
+    stem_stride: int = 1
+    stem_pool: bool = False
+    stage_blocks: tuple[int, ...] = (1, 1, 1)  # residual blocks per stage
+    bottleneck: bool = False
     kind: str = "resnet"
+
+    def check(self) -> None:
+        check_backbone(self)
 
 
 @dataclass(frozen=True)
@@ -149,11 +166,16 @@ class CenterNetSpec:
     stage_strides: tuple[int, ...] = (2, 2, 1)
     head_channels: int = 32
     norm: BatchNormSpec | None = field(default_factory=BatchNormSpec)
+    stem_kernel: int = 3
+    stem_stride: int = 1
+    stem_pool: bool = False
+    stage_blocks: tuple[int, ...] = (1, 1, 1)
+    bottleneck: bool = False
     kind: str = "centernet"
 
     @property
     def stride(self) -> int:
-        stride = 1
+        stride = self.stem_stride * (2 if self.stem_pool else 1)
         for step in self.stage_strides:
             stride *= step
         return stride
@@ -164,6 +186,7 @@ class CenterNetSpec:
         return ("heat", self.num_classes), ("size", 2), ("offset", 2)
 
     def check(self) -> None:
+        check_backbone(self)
         _, height, width = self.input_shape
         if height % self.stride or width % self.stride:
             raise ValueError(f"centernet: stride {self.stride} does not divide the "
@@ -171,11 +194,33 @@ class CenterNetSpec:
 
 
 ModelSpec = ResNetSpec | MLPSpec | ViTSpec | GPTSpec | CenterNetSpec
+Backbone = ResNetSpec | CenterNetSpec  # the specs with a stem and residual blocks
+
+
+def check_backbone(spec: Backbone) -> None:
+    stages = {len(spec.stage_channels), len(spec.stage_strides), len(spec.stage_blocks)}
+    if len(stages) != 1:
+        raise ValueError(f"{spec.kind}: stage_channels, stage_strides and stage_blocks must "
+                         f"have one entry per stage; got {spec.stage_channels}, "
+                         f"{spec.stage_strides}, {spec.stage_blocks}")
+    if min(spec.stage_blocks) < 1:
+        raise ValueError(f"{spec.kind}: every stage needs a block; got {spec.stage_blocks}")
+    if spec.bottleneck and any(c % 4 for c in spec.stage_channels):
+        raise ValueError(f"{spec.kind}: bottleneck blocks need stage channels divisible by 4 "
+                         f"(their inner width is a quarter); got {spec.stage_channels}")
+
+
+def resnet50(shape: tuple[int, int, int], classes: int) -> ResNetSpec:
+    """ResNet-50 v1.5 (torchvision's ``resnet50``): 25,557,032 parameters at 1000 classes."""
+    return ResNetSpec(shape, classes, stem_channels=64, stage_channels=(256, 512, 1024, 2048),
+                      stage_strides=(1, 2, 2, 2), stem_kernel=7, stem_stride=2, stem_pool=True,
+                      stage_blocks=(3, 4, 6, 3), bottleneck=True)
 
 # Named models: the --model choices, each a spec for a dataset's input shape and classes.
 MODELS: dict[str, Callable[[tuple[int, int, int], int], ModelSpec]] = {
     "resnet": lambda shape, classes: ResNetSpec(shape, classes),
     "resnet-nonorm": lambda shape, classes: ResNetSpec(shape, classes, norm=None),
+    "resnet50": resnet50,
     "mlp": lambda shape, classes: MLPSpec(shape, classes),
     "vit": lambda shape, classes: ViTSpec(shape, classes),
     # a language model: the input shape is (context,), the classes its vocabulary
@@ -193,16 +238,16 @@ def uses_batchnorm(model: str) -> bool:
     return getattr(MODELS[model]((1, 8, 8), 2), "norm", None) is not None
 
 
-# Sizes a named model takes from the command line (--width, --depth, --heads): the GPT's
-# and the ViT's
+# Sizes a named model takes from the command line (--width, --depth, --heads, --patch): the
+# GPT's and the ViT's
 SIZED_MODELS = ("gpt", "vit")
 MODEL_SIZE = Bounds(1, 4096)
 # The model's options (parbench.base.options); those owned by "model" are its sizes, which
 # replace the spec's (build_spec refuses them for a model that has none).
 MODEL_OPTIONS = (
-    Option("model", str, "resnet", "resnet (default), resnet-nonorm, mlp, vit; gpt, a causal "
-           "language model; centernet, centernet-nonorm, a detector (see "
-           "parbench.contract.spec)", choices=lambda: tuple(MODELS),
+    Option("model", str, "resnet", "resnet (default), resnet-nonorm, resnet50 (ResNet-50 "
+           "v1.5), mlp, vit; gpt, a causal language model; centernet, centernet-nonorm, a "
+           "detector (see parbench.contract.spec)", choices=lambda: tuple(MODELS),
            inputs=True),
     Option("width", int, help="--model gpt or vit: the model width (64; its MLP 4x when given)",
            owner="model", bounds=MODEL_SIZE, inputs=True),
@@ -210,22 +255,30 @@ MODEL_OPTIONS = (
            bounds=MODEL_SIZE, inputs=True),
     Option("heads", int, help="--model gpt or vit: attention heads, dividing the width (4)",
            owner="model", bounds=MODEL_SIZE, inputs=True),
+    Option("patch", int, help="--model vit: the patch side, dividing the images' (4)",
+           owner="model", bounds=MODEL_SIZE, inputs=True),
 )
+# the sizes only some of SIZED_MODELS have
+SIZE_OF = {"patch": ("vit",)}
 
 
 def build_spec(model: str, input_shape: tuple[int, ...], num_classes: int,
                sizes: dict[str, int] | None = None) -> ModelSpec:
     """The spec of a named model for a dataset's input shape and class count; ``sizes``
-    (SIZED_MODELS only) replace its width, depth or heads, the MLP staying 4 x the width."""
+    (SIZED_MODELS only) replace its width, depth, heads or patch; a width given sets the MLP
+    to 4 x it."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     spec = MODELS[model](input_shape, num_classes)
     if sizes:
-        if model not in SIZED_MODELS:
-            raise ValueError(f"--{next(iter(sizes))} is an option of --model "
-                             f"{' / '.join(SIZED_MODELS)}, not of --model {model}")
-        spec = replace(spec, **sizes, mlp_width=4 * sizes.get("width", spec.width))
-    if isinstance(spec, ViTSpec | GPTSpec | CenterNetSpec):
+        for size in sizes:
+            owners = SIZE_OF.get(size, SIZED_MODELS)
+            if model not in owners:
+                raise ValueError(f"--{size} is an option of --model {' / '.join(owners)}, "
+                                 f"not of --model {model}")
+        mlp = {"mlp_width": 4 * sizes["width"]} if "width" in sizes else {}
+        spec = replace(spec, **sizes, **mlp)
+    if hasattr(spec, "check"):
         spec.check()
     return spec
 
@@ -307,13 +360,46 @@ def _layer_norm(params: dict, prefix: str, width: int) -> None:
     params[f"{prefix}.bias"] = Param((width,), Role.NORM_SHIFT)
 
 
-def resnet_blocks(spec: ResNetSpec | CenterNetSpec) -> list[tuple[str, int, int, int, bool]]:
-    """(name, c_in, c_out, stride, has_projection) of every residual block, in order."""
+class BlockLayout(NamedTuple):
+    """One residual block: its canonical name, channels, stride, whether its shortcut is a
+    projection, and the inner width of a bottleneck (0: a basic block of two 3x3s)."""
+
+    name: str
+    c_in: int
+    c_out: int
+    stride: int
+    projection: bool
+    inner: int
+
+
+def resnet_blocks(spec: Backbone) -> list[BlockLayout]:
+    """Every residual block, in order: ``stage_blocks[i]`` per stage, the first of a stage at
+    its stride, numbered through the stages."""
     blocks, c_in = [], spec.stem_channels
-    for i, (c_out, stride) in enumerate(zip(spec.stage_channels, spec.stage_strides)):
-        blocks.append((f"blocks.{i}", c_in, c_out, stride, stride != 1 or c_in != c_out))
-        c_in = c_out
+    stages = zip(spec.stage_channels, spec.stage_strides, spec.stage_blocks)
+    for c_out, stage_stride, count in stages:
+        for k in range(count):
+            stride = stage_stride if k == 0 else 1
+            blocks.append(BlockLayout(f"blocks.{len(blocks)}", c_in, c_out, stride,
+                                      stride != 1 or c_in != c_out,
+                                      c_out // 4 if spec.bottleneck else 0))
+            c_in = c_out
     return blocks
+
+
+def block_convs(block: BlockLayout) -> list[tuple[str, int, int, int, int]]:
+    """(name, c_in, c_out, kernel, stride) of a block's convolutions, shortcut last: two 3x3s,
+    the first strided; or a bottleneck's 1x1, 3x3 (strided, v1.5) and 1x1."""
+    if block.inner:
+        convs = [("conv1", block.c_in, block.inner, 1, 1),
+                 ("conv2", block.inner, block.inner, 3, block.stride),
+                 ("conv3", block.inner, block.c_out, 1, 1)]
+    else:
+        convs = [("conv1", block.c_in, block.c_out, 3, block.stride),
+                 ("conv2", block.c_out, block.c_out, 3, 1)]
+    if block.projection:
+        convs.append(("shortcut", block.c_in, block.c_out, 1, block.stride))
+    return convs
 
 
 def _mlp_parameters(spec: MLPSpec) -> dict[str, Param]:
@@ -326,16 +412,14 @@ def _mlp_parameters(spec: MLPSpec) -> dict[str, Param]:
     return params
 
 
-def _backbone_parameters(spec: ResNetSpec | CenterNetSpec) -> dict[str, Param]:
+def _backbone_parameters(spec: Backbone) -> dict[str, Param]:
     """The stem and the residual blocks, which the ResNet and the detector share."""
     params: dict[str, Param] = {}
     norm = spec.norm is not None
-    _conv(params, "stem", spec.input_shape[0], spec.stem_channels, 3, norm)
-    for name, c_in, c_out, _stride, projection in resnet_blocks(spec):
-        _conv(params, f"{name}.conv1", c_in, c_out, 3, norm)
-        _conv(params, f"{name}.conv2", c_out, c_out, 3, norm)
-        if projection:
-            _conv(params, f"{name}.shortcut", c_in, c_out, 1, norm)
+    _conv(params, "stem", spec.input_shape[0], spec.stem_channels, spec.stem_kernel, norm)
+    for block in resnet_blocks(spec):
+        for conv, c_in, c_out, kernel, _stride in block_convs(block):
+            _conv(params, f"{block.name}.{conv}", c_in, c_out, kernel, norm)
     return params
 
 
@@ -400,12 +484,13 @@ class ModelKind:
 
 
 KINDS: dict[str, ModelKind] = {
-    "resnet": ModelKind(ResNetSpec, _resnet_parameters, ("stage_channels", "stage_strides")),
+    "resnet": ModelKind(ResNetSpec, _resnet_parameters,
+                        ("stage_channels", "stage_strides", "stage_blocks")),
     "mlp": ModelKind(MLPSpec, _mlp_parameters, ("hidden",)),
     "vit": ModelKind(ViTSpec, _vit_parameters, ()),
     "gpt": ModelKind(GPTSpec, _gpt_parameters, ()),
     "centernet": ModelKind(CenterNetSpec, _centernet_parameters,
-                           ("stage_channels", "stage_strides")),
+                           ("stage_channels", "stage_strides", "stage_blocks")),
 }
 
 
@@ -434,8 +519,19 @@ def parameter_count(spec: ModelSpec) -> int:
     return total
 
 
+# Fields a kind gained after records of it were published: left out of spec_dict where they
+# keep their default, so the models that existed before keep their spec hash (the records'
+# names and --resume's matches; parbench.launch.harness.spec_hash)
+LATER_FIELDS = {kind: ("stem_kernel", "stem_stride", "stem_pool", "stage_blocks", "bottleneck")
+                for kind in ("resnet", "centernet")}
+
+
 def spec_dict(spec: ModelSpec) -> dict:
-    return asdict(spec)
+    data = asdict(spec)
+    for name in LATER_FIELDS.get(spec.kind, ()):
+        if getattr(spec, name) == getattr(type(spec), name):
+            del data[name]
+    return data
 
 
 def spec_from_dict(data: dict) -> ModelSpec:
@@ -445,7 +541,8 @@ def spec_from_dict(data: dict) -> ModelSpec:
     if "input_shape" in data:  # a field of the image models; the GPT's is a property
         data["input_shape"] = tuple(data["input_shape"])
     for name in kind.tuples:
-        data[name] = tuple(data[name])
+        if name in data:
+            data[name] = tuple(data[name])
     if data.get("norm") is not None:
         data["norm"] = BatchNormSpec(**data["norm"])
     return kind.spec(**data)

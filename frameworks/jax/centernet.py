@@ -42,7 +42,7 @@ class CenterNet(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """The NCHW batch ``x`` -> [rows, classes + 4, H/4, W/4] maps (NCHW, as the spec)."""
-        features = nnx.relu(self.stem(x.transpose(0, 2, 3, 1)))
+        features = self.stem(x.transpose(0, 2, 3, 1))
         for block in self.blocks:
             features = block(features)
         maps = jnp.concatenate([self.heads[name](features) for name in self.order], axis=-1)

@@ -23,10 +23,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
+from flax import linen, nnx
 from jax import lax
 
-from parbench.contract.spec import BatchNormSpec, CenterNetSpec, ResNetSpec, resnet_blocks
+from parbench.contract.spec import (
+    Backbone,
+    BatchNormSpec,
+    BlockLayout,
+    block_convs,
+    resnet_blocks,
+)
 
 Params = nnx.State  # the trainable variables (nnx.Param) of a model, as nnx.split gives them
 Stats = nnx.State  # BatchNorm running statistics (nnx.BatchStat); empty for a model without
@@ -128,26 +134,48 @@ class ConvNorm(nnx.Module):
         return x if self.bn is None else self.bn(x)
 
 
-class ResidualBlock(nnx.Module):
-    def __init__(self, c_in: int, c_out: int, stride: int, projection: bool,
-                 norm: BatchNormSpec | None, dtype: jnp.dtype, rngs: nnx.Rngs):
-        self.conv1 = ConvNorm(c_in, c_out, 3, stride, norm, dtype, rngs)
-        self.conv2 = ConvNorm(c_out, c_out, 3, 1, norm, dtype, rngs)
-        self.shortcut = ConvNorm(c_in, c_out, 1, stride, norm, dtype, rngs) if projection else None
+class Stem(ConvNorm):
+    """The stem: ``relu(norm(conv(x)))``, then the spec's max-pool where it has one
+    (``flax.linen.max_pool`` pads with -inf, as torch does)."""
+
+    def __init__(self, spec: Backbone, dtype: jnp.dtype, rngs: nnx.Rngs):
+        super().__init__(spec.input_shape[0], spec.stem_channels, spec.stem_kernel,
+                         spec.stem_stride, spec.norm, dtype, rngs)
+        self.pool = spec.stem_pool
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        out = self.conv2(nnx.relu(self.conv1(x)))
+        x = nnx.relu(super().__call__(x))
+        if not self.pool:
+            return x
+        return linen.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+
+
+class ResidualBlock(nnx.Module):
+    """A residual block (basic or bottleneck, parbench.contract.spec.block_convs): its
+    convolutions in order with a ReLU between, plus the shortcut, then a ReLU."""
+
+    def __init__(self, layout: BlockLayout, norm: BatchNormSpec | None, dtype: jnp.dtype,
+                 rngs: nnx.Rngs):
+        convs = block_convs(layout)
+        self.path = tuple(name for name, *_ in convs if name != "shortcut")
+        for name, c_in, c_out, kernel, stride in convs:
+            setattr(self, name, ConvNorm(c_in, c_out, kernel, stride, norm, dtype, rngs))
+        if not layout.projection:
+            self.shortcut = None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        out = x
+        for i, name in enumerate(self.path):
+            out = getattr(self, name)(out if i == 0 else nnx.relu(out))
         return nnx.relu(out + (x if self.shortcut is None else self.shortcut(x)))
 
 
-def stem_and_blocks(spec: ResNetSpec | CenterNetSpec, dtype: jnp.dtype,
-                    rngs: nnx.Rngs) -> tuple[ConvNorm, nnx.List]:
-    """The ResNet's and the detector's feature extractor: the stem convolution and the residual
-    blocks of parbench.contract.spec.resnet_blocks, under the names the canonical weights use."""
-    stem = ConvNorm(spec.input_shape[0], spec.stem_channels, 3, 1, spec.norm, dtype, rngs)
-    blocks = nnx.List([ResidualBlock(c_in, c_out, stride, projection, spec.norm, dtype, rngs)
-                       for _, c_in, c_out, stride, projection in resnet_blocks(spec)])
-    return stem, blocks
+def stem_and_blocks(spec: Backbone, dtype: jnp.dtype, rngs: nnx.Rngs) -> tuple[Stem, nnx.List]:
+    """The ResNet's and the detector's feature extractor: the stem and the residual blocks of
+    parbench.contract.spec.resnet_blocks, under the names the canonical weights use."""
+    blocks = nnx.List([ResidualBlock(layout, spec.norm, dtype, rngs)
+                       for layout in resnet_blocks(spec)])
+    return Stem(spec, dtype, rngs), blocks
 
 
 # --- canonical weights <-> a module's variables, by path: ("blocks", 0, "attn", "qkv",

@@ -62,7 +62,7 @@ class ResNet(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """Logits of the NCHW batch ``x`` (NHWC from here on, Flax's layout)."""
-        x = nnx.relu(self.stem(x.transpose(0, 2, 3, 1)))
+        x = self.stem(x.transpose(0, 2, 3, 1))
         for block in self.blocks:
             x = block(x)
         return self.head(jnp.mean(x, axis=(1, 2)))  # global average pooling

@@ -42,5 +42,5 @@ class CenterNet(nn.Layer):
                                    for name, maps in spec.heads})
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        features = self.blocks(F.relu(self.stem(x)))
+        features = self.blocks(self.stem(x))
         return paddle.concat([head(features) for head in self.heads.values()], axis=1)

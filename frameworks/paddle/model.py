@@ -41,7 +41,7 @@ class ResNet(nn.Layer):
         self.head = nn.Linear(spec.stage_channels[-1], spec.num_classes)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        x = self.blocks(F.relu(self.stem(x)))
+        x = self.blocks(self.stem(x))
         return self.head(x.mean(axis=[2, 3]))
 
 

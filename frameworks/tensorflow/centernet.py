@@ -47,7 +47,7 @@ class CenterNet(RecordingModel):
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         """The NCHW batch ``x`` -> [rows, classes + 4, H/4, W/4] float32 maps (NCHW)."""
         x = tf.transpose(x, [0, 2, 3, 1])  # NCHW data -> NHWC, what TF's CPU convs take
-        x = tf.nn.relu(self._record(self.stem(x, training=training), training))
+        x = self._record(self.stem(x, training=training), training)
         for block in self.blocks:
             x = block(x, training=training)
         maps = tf.concat([head(x) for head in self.heads], axis=-1)

@@ -6,7 +6,13 @@ the residual Block.
 
 from __future__ import annotations
 
-from parbench.contract.spec import BatchNormSpec, CenterNetSpec, ResNetSpec, resnet_blocks
+from parbench.contract.spec import (
+    Backbone,
+    BatchNormSpec,
+    BlockLayout,
+    block_convs,
+    resnet_blocks,
+)
 
 from .runtime import SUM
 from .tfkeras import keras, tf
@@ -30,8 +36,6 @@ class RecordingModel(keras.Model):
         whether --sync-bn took effect; none unless a model has some."""
         return []
 
-
-Backbone = ResNetSpec | CenterNetSpec  # the specs whose convolutions ConvNorm and Block are
 
 
 class TorchBatchNorm(keras.layers.Layer):
@@ -125,36 +129,54 @@ class ConvNorm(keras.layers.Layer):
                 f"{prefix}.bn.running_var": self.bn.moving_var}
 
 
-class Block(keras.layers.Layer):
-    def __init__(self, c_out: int, stride: int, projection: bool, spec: Backbone,
-                 sync_bn: bool, **kwargs):
-        super().__init__(**kwargs)
-        self.conv1 = ConvNorm(c_out, 3, stride, spec, sync_bn)
-        self.conv2 = ConvNorm(c_out, 3, 1, spec, sync_bn)
-        self.shortcut = ConvNorm(c_out, 1, stride, spec, sync_bn) if projection else None
+class Stem(ConvNorm):
+    """The stem: ``relu(norm(conv(x)))``, then the spec's max-pool where it has one. Keras'
+    ``padding="same"`` pools other windows than torch's (0 before and 1 after on an even size,
+    where torch pads 1 on both sides), so the pool pads 1 zero on every side and reads the
+    valid windows: its input is a ReLU's, never negative, so a 0 pads as torch's -inf."""
+
+    def __init__(self, spec: Backbone, sync_bn: bool, **kwargs):
+        super().__init__(spec.stem_channels, spec.stem_kernel, spec.stem_stride, spec, sync_bn,
+                         **kwargs)
+        self.pool = keras.Sequential([
+            keras.layers.ZeroPadding2D(1, data_format="channels_last"),
+            keras.layers.MaxPool2D(3, 2, padding="valid", data_format="channels_last"),
+        ]) if spec.stem_pool else None
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
-        out = self.conv2(tf.nn.relu(self.conv1(x, training=training)), training=training)
+        x = tf.nn.relu(super().call(x, training=training))
+        return x if self.pool is None else self.pool(x)
+
+
+class Block(keras.layers.Layer):
+    """A residual block (basic or bottleneck, parbench.contract.spec.block_convs): its
+    convolutions in order with a ReLU between, plus the shortcut, then a ReLU."""
+
+    def __init__(self, layout: BlockLayout, spec: Backbone, sync_bn: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.convs = {name: ConvNorm(c_out, kernel, stride, spec, sync_bn)
+                      for name, _c_in, c_out, kernel, stride in block_convs(layout)}
+        self.main = [self.convs[name] for name in self.convs if name != "shortcut"]
+        self.shortcut = self.convs.get("shortcut")
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        out = x
+        for i, conv in enumerate(self.main):
+            out = conv(out if i == 0 else tf.nn.relu(out), training=training)
         skip = x if self.shortcut is None else self.shortcut(x, training=training)
         return tf.nn.relu(out + skip)
 
     def batchnorms(self) -> list[TorchBatchNorm]:
-        convs = [self.conv1, self.conv2] + ([self.shortcut] if self.shortcut else [])
-        return [bn for conv in convs for bn in conv.batchnorms()]
+        return [bn for conv in self.convs.values() for bn in conv.batchnorms()]
 
     def canonical_variables(self, prefix: str) -> dict:
-        named = {**self.conv1.canonical_variables(f"{prefix}.conv1"),
-                 **self.conv2.canonical_variables(f"{prefix}.conv2")}
-        if self.shortcut is not None:
-            named.update(self.shortcut.canonical_variables(f"{prefix}.shortcut"))
-        return named
+        return {key: variable for name, conv in self.convs.items()
+                for key, variable in conv.canonical_variables(f"{prefix}.{name}").items()}
 
 
-def stem_and_blocks(spec: Backbone, sync_bn: bool) -> tuple[ConvNorm, list[str], list[Block]]:
-    """The ResNet's and the detector's feature extractor: the stem convolution, the canonical
-    names of the residual blocks of parbench.contract.spec.resnet_blocks, and the blocks."""
-    stem = ConvNorm(spec.stem_channels, 3, 1, spec, sync_bn)
+def stem_and_blocks(spec: Backbone, sync_bn: bool) -> tuple[Stem, list[str], list[Block]]:
+    """The ResNet's and the detector's feature extractor: the stem, the canonical names of the
+    residual blocks of parbench.contract.spec.resnet_blocks, and the blocks."""
     layout = resnet_blocks(spec)
-    blocks = [Block(c_out, stride, projection, spec, sync_bn)
-              for _, _, c_out, stride, projection in layout]
-    return stem, [name for name, *_ in layout], blocks
+    blocks = [Block(block, spec, sync_bn) for block in layout]
+    return Stem(spec, sync_bn), [block.name for block in layout], blocks

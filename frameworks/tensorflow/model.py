@@ -52,7 +52,7 @@ class ResNet(RecordingModel):
 
     def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         x = tf.transpose(x, [0, 2, 3, 1])  # NCHW data -> NHWC, what TF's CPU convs take
-        x = tf.nn.relu(self._record(self.stem(x, training=training), training))
+        x = self._record(self.stem(x, training=training), training)
         for block in self.blocks:
             x = block(x, training=training)
         # float32 logits under a mixed policy: the loss and softmax in float32

@@ -34,5 +34,5 @@ class CenterNet(nn.Module):
                                     for name, maps in spec.heads})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        features = self.blocks(torch.relu(self.stem(x)))
+        features = self.blocks(self.stem(x))
         return torch.cat([head(features) for head in self.heads.values()], dim=1)

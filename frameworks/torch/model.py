@@ -29,7 +29,7 @@ class ResNet(nn.Module):
         self.head = nn.Linear(spec.stage_channels[-1], spec.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.blocks(torch.relu(self.stem(x)))
+        x = self.blocks(self.stem(x))
         return self.head(x.mean(dim=(2, 3)))
 
 
