@@ -46,8 +46,8 @@ def resolved(*argv: str):
      "object-detection data (its datasets: faces, coco)"),
     (["--model", "resnet", "--dataset", "faces"],
      "--model resnet is a model of image-classification; --dataset faces is not "
-     "image-classification data (its datasets: synthetic, synthetic-hard, digits, cifar10, "
-     "mnist)"),
+     "image-classification data (its datasets: synthetic, synthetic-hard, random-images, digits, "
+     "cifar10, mnist)"),
     (["--model", "centernet", "--dataset", "coco"], "--dataset coco needs --data-dir"),
 ])
 def test_bad_detection_input_is_one_line(argv, line):

@@ -152,8 +152,9 @@ def test_gpt_defaults_to_the_synthetic_language_and_adamw():
                                                       "file"),
     (dict(model="resnet", context=32), "--context is an option of the token datasets"),
     (dict(model="gpt", context=0), "--context must be in [1, 4096], got 0"),
-    (dict(model="gpt", vocab=1), "--vocab must be in [2, 512], got 1"),
-    (dict(model="gpt", vocab=600), "--vocab must be in [2, 512], got 600"),
+    (dict(model="gpt", vocab=1), "--vocab must be in [2, 1000000], got 1"),
+    (dict(model="gpt", vocab=600), "--vocab 600: --dataset markov's table has vocab**3 entries, "
+                                   "so at most 512; --dataset random-tokens takes any vocabulary"),
     (dict(model="gpt", sync_bn=True, backend="torch-ddp"), "--sync-bn needs a model with "
                                                            "BatchNorm"),
 ])

@@ -31,7 +31,7 @@ def test_a_preset_fills_in_the_tasks_model_and_sizes_where_none_is_given():
     ({"model": "resnet", "preset": "medium"}, "--preset medium of image-classification trains "
      "--model vit, not --model resnet; leave --model out or give vit"),
     ({"preset": "large"}, "--preset large: image-classification has no such preset; its "
-     "presets: medium"),
+     "presets: medium, vit-b16, resnet50"),
 ])
 def test_a_preset_that_cannot_apply_is_refused(values, message):
     with pytest.raises(UsageError) as refused:

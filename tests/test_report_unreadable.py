@@ -33,7 +33,7 @@ SPOILT = {  # file -> (field, value, what the reason says)
         "schema_version", SCHEMA_VERSION + 1, f"schema_version {SCHEMA_VERSION + 1} is newer"),
 }
 NOT_VISION = ("model 'gpt' is not one of the image-classification models this version knows "
-              "(resnet, resnet-nonorm, mlp, vit)")
+              "(resnet, resnet-nonorm, resnet50, mlp, vit)")
 
 
 def good() -> dict:

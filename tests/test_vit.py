@@ -130,7 +130,7 @@ def test_optimizer_options_that_cannot_apply_are_refused(settings, message):
 
 @pytest.mark.parametrize("args,message", [
     (("--model", "transformer"), "--model 'transformer' is not one of resnet, resnet-nonorm, "
-     "mlp, vit"),
+     "resnet50, mlp, vit"),
     (("--optimizer", "lion"), "argument --optimizer: invalid choice: 'lion'"),
     (("--model", "vit", "--dataset", "digits", "--optimizer", "adamw", "--momentum", "0.9"),
      "--momentum is an option of --optimizer sgd, not of adamw"),

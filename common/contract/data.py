@@ -1,8 +1,9 @@
 """Image datasets, all as NCHW float32 images with int64 labels, standardised per channel.
 
-``synthetic`` (the default) and ``synthetic-hard`` need no files; ``digits`` is packaged with
-parbench; ``cifar10`` and ``mnist`` are read from their official on-disk formats under
-``--data-dir``. The language model's token datasets are in parbench.contract.language, in the
+``synthetic`` (the default) and ``synthetic-hard`` need no files; ``random-images`` neither:
+noise at ImageNet's shape, for the published sizes' speed and memory (nothing to learn in it);
+``digits`` is packaged with parbench; ``cifar10`` and ``mnist`` are read from their official
+on-disk formats under ``--data-dir``. The language model's token datasets are in parbench.contract.language, in the
 same ``Dataset``.
 """
 
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-DATASET_NAMES = ("synthetic", "synthetic-hard", "digits", "cifar10", "mnist")
+DATASET_NAMES = ("synthetic", "synthetic-hard", "random-images", "digits", "cifar10", "mnist")
+# random-images: ImageNet's shape and classes; rows enough for a global batch of 256 and a
+# test set whose evaluation stays short on a CPU (8 ViT-B/16 forwards: about 0.3 TFLOP)
+RANDOM_IMAGES = {"shape": (3, 224, 224), "classes": 1000, "train": 256, "test": 8, "seed": 3}
 NEEDS_DATA_DIR = ("cifar10", "mnist")
 
 
@@ -217,9 +221,23 @@ def load_mnist(data_dir: Path) -> Dataset:
     return _finish("mnist", *arrays["train"], *arrays["test"], 10)
 
 
+def load_random_images() -> Dataset:
+    """Standard normal pixels and uniform labels at ImageNet's shape (RANDOM_IMAGES): what the
+    published sizes (--preset resnet50, vit-b16) read, to measure speed and memory. No image
+    tells its class, so accuracy stays at chance (1/1000) whatever a model does."""
+    rng = np.random.default_rng(RANDOM_IMAGES["seed"])
+    shape, classes = RANDOM_IMAGES["shape"], RANDOM_IMAGES["classes"]
+    x_train, x_test = (rng.standard_normal((RANDOM_IMAGES[split], *shape), np.float32)
+                       for split in ("train", "test"))
+    y_train, y_test = (rng.integers(0, classes, RANDOM_IMAGES[split], dtype=np.int64)
+                       for split in ("train", "test"))
+    return Dataset("random-images", x_train, y_train, x_test, y_test, {"classes": classes})
+
+
 # the datasets that need no --data-dir, by name
 BUILT_IN: dict[str, Callable[[], Dataset]] = {
-    "synthetic": load_synthetic, "synthetic-hard": load_synthetic_hard, "digits": load_digits}
+    "synthetic": load_synthetic, "synthetic-hard": load_synthetic_hard,
+    "random-images": load_random_images, "digits": load_digits}
 
 
 def load_dataset(name: str, data_dir: Path | None = None) -> Dataset:

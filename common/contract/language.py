@@ -1,11 +1,14 @@
 """Token data for the language-model task: windows of ``context + 1`` tokens, of which a model
 reads the first ``context`` and predicts every next one.
 
-Two sources, both deterministic:
+Three sources, all deterministic:
 
 * ``MarkovLanguage``: a synthetic language drawn from a seed, an order-2 Markov chain over
   ``vocab`` tokens, whose loss floor parbench computes exactly (no model can score a lower
   expected validation loss on its windows), so a record can state how far a model is from it.
+* ``random-tokens``: tokens drawn uniformly and independently, at any vocabulary (GPT-2's 50257
+  for --preset gpt2-small): for speed and memory at the published sizes. Its floor is ln(vocab):
+  no token tells anything of the next.
 * ``text_windows``: the bytes of a UTF-8 text file as tokens (vocabulary 256: nothing to
   download, no tokenizer to port), cut into consecutive windows; the last tenth of the file is
   the validation split, so no validation window overlaps a training one.
@@ -21,9 +24,14 @@ import numpy as np
 
 from .data import Dataset, DatasetError
 
-LANGUAGE_DATASETS = ("markov", "text")
+LANGUAGE_DATASETS = ("markov", "random-tokens", "text")
 MARKOV_SEEDS = {"language": 0, "train": 1, "validation": 2}  # fixed, as the synthetic images'
 MARKOV_WINDOWS = {"train": 4096, "validation": 512}
+# random-tokens: a global batch of 256 rows, and a validation whose evaluation stays short on a
+# CPU (2 rows of GPT-2 small's 1024 tokens: 0.5 TFLOP, 4 s in torch on 2 AMD EPYC cores; more
+# devices than rows evaluate empty chunks, as a sharded model's ranks already may)
+RANDOM_WINDOWS = {"train": 256, "validation": 2, "seed": 4}
+MARKOV_MAX_VOCAB = 512  # its transition table has vocab**3 entries: 1 GiB at 512
 DEFAULT_CONTEXT, DEFAULT_VOCAB = 64, 64
 TEXT_VOCAB = 256  # bytes
 VALIDATION_SHARE = 0.1  # of a text file's windows, from its end
@@ -152,9 +160,18 @@ def language_dataset(windows_train: np.ndarray, windows_validation: np.ndarray, 
                    windows_validation[:, 1:], {"vocabulary": vocab, "loss_floor": loss_floor})
 
 
+def random_tokens(vocab: int, context: int) -> Dataset:
+    """Uniform, independent tokens in windows of ``context + 1``; the floor is ln(vocab)."""
+    rng = np.random.default_rng(RANDOM_WINDOWS["seed"])
+    train, validation = (rng.integers(0, vocab, (RANDOM_WINDOWS[split], context + 1),
+                                      dtype=np.int64) for split in ("train", "validation"))
+    return language_dataset(train, validation, "random-tokens", vocab, float(np.log(vocab)))
+
+
 def load_language(name: str, data_path: Path | None, context: int | None,
                   vocab: int | None) -> Dataset:
-    """``markov`` (the synthetic language: ``vocab`` tokens, its floor stated) or ``text``
+    """``markov`` (the synthetic language: ``vocab`` tokens, its floor stated),
+    ``random-tokens`` (uniform tokens, floor ln(vocab)) or ``text``
     (the bytes of the UTF-8 file at ``data_path``), cut into windows of ``context + 1``."""
     context = DEFAULT_CONTEXT if context is None else context
     if name == "markov":
@@ -165,6 +182,8 @@ def load_language(name: str, data_path: Path | None, context: int | None,
                              for split in ("train", "validation"))
         return language_dataset(train, validation, name, language.vocab,
                                 language.loss_floor(context))
+    if name == "random-tokens":
+        return random_tokens(DEFAULT_VOCAB if vocab is None else vocab, context)
     if name != "text":
         raise DatasetError(f"unknown token dataset {name!r}; choose one of "
                            f"{', '.join(LANGUAGE_DATASETS)}")

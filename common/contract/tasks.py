@@ -34,14 +34,14 @@ from parbench.base.options import ACCURACY, POSITIVE, Bounds, Option
 
 from .data import DATASET_NAMES, NEEDS_DATA_DIR, Dataset, load_dataset
 from .detection_task import ObjectDetection
-from .language import LANGUAGE_DATASETS, load_language
+from .language import LANGUAGE_DATASETS, MARKOV_MAX_VOCAB, load_language
 from .spec import MODELS
 from .task import Quality, Target, Task
 
 # Each task lists its named models (contract/spec.py MODELS) itself: a model no task lists, or
 # one that two tasks list, is refused when this module is imported (check_models), so a new
 # task's model cannot fall to another task by default.
-IMAGE_MODELS = ("resnet", "resnet-nonorm", "mlp", "vit")
+IMAGE_MODELS = ("resnet", "resnet-nonorm", "resnet50", "mlp", "vit")
 LANGUAGE_MODELS = ("gpt",)
 # Records before schema 7 name no task: they are image classification, the only task then.
 TASK_BEFORE_SCHEMA_7 = "image-classification"
@@ -61,7 +61,8 @@ class ImageClassification(Task):
     data_kind: ClassVar[str] = "image datasets"
     dataset_notes: ClassVar[dict[str, str]] = {
         "synthetic-hard": "where accuracy, precision and recall can change: about 0.85 at the "
-                          "default budget"}
+                          "default budget",
+        "random-images": "noise at 3x224x224, 1000 classes, for speed and memory"}
     data_paths: ClassVar[dict[str, str]] = {name: "folder" for name in NEEDS_DATA_DIR}
     models: ClassVar[tuple[str, ...]] = IMAGE_MODELS
     inputs: ClassVar[str] = "images, NCHW float32"
@@ -94,8 +95,13 @@ class ImageClassification(Task):
     # frameworks' per-step overhead, take most of a step on a CPU: single backends reached 33
     # to 67 % of their measured matmul peaks, torch 61 % (the default resnet 11 to 22 %;
     # benchmarks/utilisation.py --medium, 2 AMD EPYC vCPUs, 2026-12-03; docs/results.md)
+    # vit-b16 and resnet50: the published sizes (PUBLISHED), on random images at ImageNet's
+    # shape: 86,567,656 and 25,557,032 parameters, 17.56 and 4.09 GMACs a forward per image
     presets: ClassVar[dict[str, dict[str, object]]] = {
-        "medium": {"model": "vit", "width": 192, "depth": 2, "heads": 4, "optimizer": "adamw"}}
+        "medium": {"model": "vit", "width": 192, "depth": 2, "heads": 4, "optimizer": "adamw"},
+        "vit-b16": {"model": "vit", "dataset": "random-images", "patch": 16, "width": 768,
+                    "depth": 12, "heads": 12, "optimizer": "adamw"},
+        "resnet50": {"model": "resnet50", "dataset": "random-images"}}
     targets: ClassVar[tuple[Target, ...]] = (
         Target("accuracy", "higher", ACCURACY, "fraction of the test set"),
         Target("loss", "lower", POSITIVE, "nats per test row"))
@@ -126,7 +132,7 @@ class ImageClassification(Task):
 
 
 CONTEXT = Bounds(1, 4096)  # tokens a row reads
-VOCABULARY = Bounds(2, 512)  # the synthetic language's table has vocab**3 entries (1 GiB at 512)
+VOCABULARY = Bounds(2, 1_000_000)  # markov's own limit: LanguageModeling.option_problem
 
 
 @dataclass(frozen=True)
@@ -146,13 +152,15 @@ class LanguageModeling(Task):
     datasets: ClassVar[tuple[str, ...]] = LANGUAGE_DATASETS
     data_kind: ClassVar[str] = "token datasets"
     dataset_notes: ClassVar[dict[str, str]] = {
-        "markov": "a synthetic language with a known loss floor"}
+        "markov": "a synthetic language with a known loss floor",
+        "random-tokens": "uniform random tokens, for speed and memory (floor ln(vocab))"}
     data_paths: ClassVar[dict[str, str]] = {"text": "file"}
     models: ClassVar[tuple[str, ...]] = LANGUAGE_MODELS
     options: ClassVar[tuple[Option, ...]] = (
         Option("context", int, help="token datasets: tokens each row reads (64)",
                owner="task language-modeling", bounds=CONTEXT, inputs=True),
-        Option("vocab", int, help="--dataset markov: the synthetic language's tokens (64)",
+        Option("vocab", int, help="--dataset markov (at most 512) or random-tokens: the "
+               "vocabulary (64)",
                owner="task language-modeling", bounds=VOCABULARY, inputs=True))
     inputs: ClassVar[str] = "token ids, int64 [rows, context]"
     labels: ClassVar[str] = "the next token at every position, int64 [rows, context]"
@@ -188,8 +196,11 @@ class LanguageModeling(Task):
     recipe: ClassVar[dict[str, object]] = {"epochs": 20, "lr": 0.01, "warmup_steps": 32}
     # medium: a GPT three times as wide: single backends reached 33 to 64 % of their measured
     # matmul peaks, torch 64 % (the default width 14 to 34 %; the ViT's run of the benchmark)
+    # gpt2-small: the published size (PUBLISHED), tied embeddings, 124,439,808 parameters
     presets: ClassVar[dict[str, dict[str, object]]] = {
-        "medium": {"model": "gpt", "width": 192, "depth": 2, "heads": 4}}
+        "medium": {"model": "gpt", "width": 192, "depth": 2, "heads": 4},
+        "gpt2-small": {"model": "gpt", "dataset": "random-tokens", "context": 1024,
+                       "vocab": 50257, "width": 768, "depth": 12, "heads": 12}}
     targets: ClassVar[tuple[Target, ...]] = (
         Target("loss", "lower", POSITIVE, "nats per validation token"),
         Target("perplexity", "lower", Bounds(1, low_open=True), "exp(loss)"),
@@ -206,9 +217,13 @@ class LanguageModeling(Task):
 
     @classmethod
     def option_problem(cls, dataset: str, given: dict) -> str | None:
-        if given.get("vocab") is not None and dataset == "text":
+        vocab = given.get("vocab")
+        if vocab is not None and dataset == "text":
             return ("--vocab is the synthetic language's; --dataset text has byte tokens "
                     "(vocabulary 256)")
+        if vocab is not None and dataset == "markov" and vocab > MARKOV_MAX_VOCAB:
+            return (f"--vocab {vocab}: --dataset markov's table has vocab**3 entries, so at "
+                    f"most {MARKOV_MAX_VOCAB}; --dataset random-tokens takes any vocabulary")
         return None
 
     def unreachable(self, target: Target, value: float) -> str | None:
@@ -309,11 +324,18 @@ def preset_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for task in TASKS.values() for name in task.presets))
 
 
+# Presets of published models: every value but the optimizer is the model's published size or
+# its input, so a run that gives another is refused (a "gpt2-small" of width 512 is not one)
+PUBLISHED = ("gpt2-small", "vit-b16", "resnet50")
+FREE_IN_PUBLISHED = ("optimizer",)
+
+
 def with_task_defaults(values: dict, default_model: str) -> dict:
     """``values`` (a run's given options) with its --preset's values and its task's recipe
-    filled in where not given; the task is the given model's (else ``default_model``'s).
-    ValueError for a preset the task lacks, or one of another model than the one given."""
-    model = values.get("model", default_model)
+    filled in where not given; the task is the given model's, else the one task whose preset
+    it is, else ``default_model``'s. ValueError for a preset the task lacks, one of another
+    model than the one given, or a published one given other sizes."""
+    model = values.get("model", _preset_model(values.get("preset")) or default_model)
     try:
         task = task_of_model(model)
     except ValueError:
@@ -339,7 +361,20 @@ def _preset(task: type[Task], values: dict) -> dict:
     if preset.get("model", model) != model:
         raise ValueError(f"--preset {name} of {task.name} trains --model {preset['model']}, "
                          f"not --model {model}; leave --model out or give {preset['model']}")
+    if name in PUBLISHED:
+        for key, fixed in preset.items():
+            given = values.get(key)
+            if key not in FREE_IN_PUBLISHED and given is not None and given != fixed:
+                flag = "--" + key.replace("_", "-")
+                raise ValueError(f"--preset {name} is the published size: its {flag} is "
+                                 f"{fixed}, not {given}; leave {flag} out or give {fixed}")
     return preset
+
+
+def _preset_model(name: str | None) -> str | None:
+    """The model of the preset ``name`` where one task alone has it (medium: both do)."""
+    owners = [task for task in TASKS.values() if name in task.presets]
+    return owners[0].presets[name].get("model") if len(owners) == 1 else None
 
 
 def target_metrics() -> tuple[str, ...]:
