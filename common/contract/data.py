@@ -3,8 +3,8 @@
 ``synthetic`` (the default) and ``synthetic-hard`` need no files; ``random-images`` neither:
 noise at ImageNet's shape, for the published sizes' speed and memory (nothing to learn in it);
 ``digits`` is packaged with parbench; ``cifar10`` and ``mnist`` are read from their official
-on-disk formats under ``--data-dir``. The language model's token datasets are in parbench.contract.language, in the
-same ``Dataset``.
+on-disk formats under ``--data-dir``. The language model's token datasets are in
+parbench.contract.language, in the same ``Dataset``.
 """
 
 from __future__ import annotations
