@@ -232,3 +232,33 @@ def test_the_checks_read_fields_the_record_schema_has():
     assert "gpus" in schema["properties"]["env"]["properties"]
     assert {"backend", "framework", "status", "error", "world_size"} <= \
         set(schema["properties"])
+
+
+def test_published_sizes_plans_every_backend_at_1_and_n_gpus_within_the_random_data():
+    sizes = _benchmark("published_sizes")
+    planned = sizes.cases(["resnet50", "gpt2-small"], ["torch-single", "torch-ddp"], [1, 8],
+                          "bf16", gpus=8)
+    assert [(c.preset, c.backend, c.devices, c.batch) for c in planned] == [
+        ("resnet50", "torch-single", 1, 128), ("resnet50", "torch-ddp", 1, 128),
+        ("resnet50", "torch-ddp", 8, 32),  # 8 x 128 rows would not fit the 256 random images
+        ("gpt2-small", "torch-single", 1, 8), ("gpt2-small", "torch-ddp", 1, 8),
+        ("gpt2-small", "torch-ddp", 8, 8)]
+    assert planned[2].options(10) == ["--preset", "resnet50", "--steps", "10", "--precision",
+                                      "bf16", "--per-device-batch", "32", "--devices", "8"]
+    on_cpu = sizes.cases(["vit-b16"], ["torch-single", "torch-ddp"], [1], "fp32", gpus=0)
+    assert [(c.backend, c.batch) for c in on_cpu] == [("torch-single", 2)]
+
+
+def test_published_sizes_rows_show_mfu_memory_per_device_and_failures():
+    sizes = _benchmark("published_sizes")
+    case = sizes.Case("vit-b16", "torch-ddp", 2, 64, "bf16")
+    record = good("torch-ddp", 2)
+    record["metrics"].update(step_time_ms={"median": 250.0}, throughput=512.0,
+                             peak_device_mb=[30000.0, 31000.0],
+                             flops={"mfu": 0.42})
+    assert sizes.row(case, record, "") == ["vit-b16", "torch-ddp", 2, "bf16", 128, 250.0, 512.0,
+                                           31000.0, 42.0, "ok"]
+    failed = {**record, "status": "failed", "error": "Traceback ...\ntorch.OutOfMemoryError: CUDA"}
+    assert sizes.row(case, failed, "")[-1] == "failed: torch.OutOfMemoryError: CUDA"
+    assert sizes.row(case, None, "parbench: error: --devices 2: needs 2 GPUs")[-1] == \
+        "no record: parbench: error: --devices 2: needs 2 GPUs"
