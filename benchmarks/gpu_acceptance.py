@@ -30,7 +30,11 @@ says so and exits 0 without running anything. Needs the test requirements (pytes
 parbench and the CUDA builds of the frameworks.
 
     benchmarks/gpu_acceptance.sh [--steps 6] [--out DIR] [--backends torch-ddp ...]
-                                 [--models resnet gpt] [-- PYTEST ARGS ...]
+                                 [--models resnet gpt] [--published] [-- PYTEST ARGS ...]
+
+``--published`` then runs benchmarks/published_sizes.py on the same backends: GPT-2 small,
+ViT-B/16 and ResNet-50 at 1 and at every GPU in bf16, the table of throughput, memory per
+device and MFU (its records under ``--out``'s ``published/`` when given).
 
 The options reach the tests as environment variables (``ENV``), so ``pytest -m gpu`` with
 them set is the same run. What changed from the script this was: the cases are pytest's
@@ -70,6 +74,8 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]
                         metavar="BACKEND", help="only these backends (default: all installed)")
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS),
                         help="the image model, the language model (default: both)")
+    parser.add_argument("--published", action="store_true",
+                        help="then the published sizes' table (benchmarks/published_sizes.py)")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
                         help="after --: passed to pytest")
     args = parser.parse_args(argv)
@@ -94,9 +100,22 @@ def main(argv: list[str] | None = None) -> int:
     if gpus < 2:
         print(f"gpu_acceptance: {gpus} GPU: only the 1-device cases can run here")
     # -rfEs: the failed checks and every skip (a refusal, a missing backend) with its reason
-    return subprocess.call([sys.executable, "-m", "pytest", "-m", "gpu", "-rfEs",
-                            "-p", "no:cacheprovider", *pytest_args], cwd=ROOT,
-                           env=options_env(args))
+    checked = subprocess.call([sys.executable, "-m", "pytest", "-m", "gpu", "-rfEs",
+                               "-p", "no:cacheprovider", *pytest_args], cwd=ROOT,
+                              env=options_env(args))
+    if not args.published:
+        return checked
+    return max(checked, subprocess.call([sys.executable, str(ROOT / "benchmarks" /
+                                                             "published_sizes.py"),
+                                         *published_options(args)], cwd=ROOT))
+
+
+def published_options(args: argparse.Namespace) -> list[str]:
+    """published_sizes.py's options from this script's: the same backends and records folder
+    (its own defaults otherwise: bf16, 1 and every GPU)."""
+    backends = ["--backends", *args.backends] if args.backends else []
+    out = ["--out", str(args.out.resolve() / "published")] if args.out else []
+    return [*backends, *out]
 
 
 if __name__ == "__main__":

@@ -262,3 +262,13 @@ def test_published_sizes_rows_show_mfu_memory_per_device_and_failures():
     assert sizes.row(case, failed, "")[-1] == "failed: torch.OutOfMemoryError: CUDA"
     assert sizes.row(case, None, "parbench: error: --devices 2: needs 2 GPUs")[-1] == \
         "no record: parbench: error: --devices 2: needs 2 GPUs"
+
+
+def test_gpu_acceptance_passes_its_backends_and_records_folder_to_the_published_sizes(tmp_path):
+    acceptance = _benchmark("gpu_acceptance")
+    args, rest = acceptance.parse(["--backends", "torch-ddp", "jax-fsdp", "--out", str(tmp_path),
+                                   "--published", "--", "-x"])
+    assert args.published and rest == ["-x"]
+    assert acceptance.published_options(args) == [
+        "--backends", "torch-ddp", "jax-fsdp", "--out", str(tmp_path.resolve() / "published")]
+    assert acceptance.published_options(acceptance.parse([])[0]) == []

@@ -117,6 +117,8 @@ def test_one_step_of_a_published_size_follows_torchs(tmp_path, backend, preset):
     reference = torch_step(preset, tmp_path / "torch")
     ours = reference if backend == "torch-single" else one_step(backend, preset, tmp_path)
     assert ours.record["dataset"] in ("random-images", "random-tokens")
+    assert any("measures speed and memory, not learning" in note
+               for note in ours.record["notes"])
     held = ours.record["metrics"]["state_bytes"][0]["parameters"]
     assert held == 4 * PUBLISHED_PARAMETERS[preset], (held / 4, preset)
     assert ours.record["metrics"]["flops"]["per_step"] == ours.flops_per_step

@@ -57,6 +57,8 @@ class Task(ABC):
     data_kind: ClassVar[str]  # what its datasets are, for messages ("image datasets")
     # what --help says of a dataset beside its name, where its name does not say it
     dataset_notes: ClassVar[dict[str, str]] = {}
+    # what every record of a run on the dataset notes (its figures' meaning), by dataset
+    record_notes: ClassVar[dict[str, str]] = {}
     # --data-dir for the datasets that need one: "folder" or "file"
     data_paths: ClassVar[dict[str, str]] = {}
     models: ClassVar[tuple[str, ...]]  # --model choices that are this task's

@@ -63,6 +63,9 @@ class ImageClassification(Task):
         "synthetic-hard": "where accuracy, precision and recall can change: about 0.85 at the "
                           "default budget",
         "random-images": "noise at 3x224x224, 1000 classes, for speed and memory"}
+    record_notes: ClassVar[dict[str, str]] = {
+        "random-images": "random inputs (standard normal pixels, uniform labels): this run "
+                         "measures speed and memory, not learning; accuracy stays at chance"}
     data_paths: ClassVar[dict[str, str]] = {name: "folder" for name in NEEDS_DATA_DIR}
     models: ClassVar[tuple[str, ...]] = IMAGE_MODELS
     inputs: ClassVar[str] = "images, NCHW float32"
@@ -154,6 +157,9 @@ class LanguageModeling(Task):
     dataset_notes: ClassVar[dict[str, str]] = {
         "markov": "a synthetic language with a known loss floor",
         "random-tokens": "uniform random tokens, for speed and memory (floor ln(vocab))"}
+    record_notes: ClassVar[dict[str, str]] = {
+        "random-tokens": "random inputs (uniform, independent tokens): this run measures speed "
+                         "and memory, not learning; no model gets below ln(vocab)"}
     data_paths: ClassVar[dict[str, str]] = {"text": "file"}
     models: ClassVar[tuple[str, ...]] = LANGUAGE_MODELS
     options: ClassVar[tuple[Option, ...]] = (

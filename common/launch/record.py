@@ -118,6 +118,11 @@ def _flops(parts: Parts, metrics: dict, framework_env: dict) -> dict:
                          plan.world_size, hardware)
 
 
+def _dataset_note(task: Task, dataset: str) -> list[str]:
+    note = task.record_notes.get(dataset)
+    return [note] if note else []
+
+
 def _record(parts: Parts) -> dict:
     """The record's fields, in the order records have always had them."""
     cfg, plan, run = parts.cfg, parts.plan, parts.run
@@ -144,7 +149,8 @@ def _record(parts: Parts) -> dict:
         "env": {**machine_env(plan.threads), **framework_env, **extra,
                 "network_isolated": plan.isolate_network, "allocator": allocator_env(),
                 **run.load},
-        "duration_s": run.duration, "notes": described.get("notes", []),
+        "duration_s": run.duration,
+        "notes": [*described.get("notes", []), *_dataset_note(parts.task, cfg.dataset)],
         **({"diverged": run.diverged} if run.diverged else {}),
         **checkpoint_fields(plan, logs, cfg.checkpoint_dir),
     }
