@@ -24,6 +24,7 @@ from parbench.contract.data import DatasetError
 from parbench.contract.detection_task import FIGURE_KEYS, ObjectDetection
 from parbench.contract.faces import draw_split, load_faces
 from parbench.launch.config import resolve
+from parbench.results.records import SCHEMA_VERSION
 
 
 def resolved(*argv: str):
@@ -172,7 +173,7 @@ def test_a_detector_run_records_every_figure_and_learns(tmp_path_factory):
     scores 0.1, below 0.3), large faces first."""
     record, _ = detector_run(tmp_path_factory)
     metrics = record["metrics"]
-    assert record["task"] == "object-detection" and record["schema_version"] == 13
+    assert record["task"] == "object-detection" and record["schema_version"] == SCHEMA_VERSION
     assert all(0 <= metrics[key] <= 1 for key in FIGURE_KEYS)
     assert metrics["final_accuracy"] == metrics["f1_all"]
     assert metrics["recall_large"] > 0.3 and metrics["recall_large"] > metrics["recall_small"]

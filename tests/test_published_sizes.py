@@ -14,6 +14,7 @@ from parbench.contract.data import RANDOM_IMAGES, load_random_images
 from parbench.contract.flops import model_flops, resnet_convs
 from parbench.contract.language import RANDOM_WINDOWS, load_language
 from parbench.contract.spec import build_spec, parameter_count, parameters, resnet_blocks
+from parbench.contract.tasks import ImageClassification
 from parbench.launch.config import resolve
 from parbench.launch.options import RunConfig
 
@@ -116,3 +117,14 @@ def test_random_inputs_hold_nothing_to_learn():
     assert tokens.x_train.shape == (RANDOM_WINDOWS["train"], 1024)
     assert tokens.holds["loss_floor"] == pytest.approx(np.log(50257))
     assert np.array_equal(tokens.x_train[:, 1:], tokens.y_train[:, :-1])
+
+
+def test_a_record_keeps_no_confusion_matrix_above_100_classes():
+    """1000 classes would be a million counts, 7 MB of JSON per record; the macro scores stay."""
+    rng = np.random.default_rng(0)
+    for classes, kept in ((100, True), (1000, False)):
+        task = ImageClassification(classes)
+        labels, guesses = rng.integers(0, classes, 64), rng.integers(0, classes, 64)
+        scores = task.eval_scores(task.eval_counts(labels, guesses, 1.0))
+        assert (scores["confusion_matrix"] is not None) == kept
+        assert 0 <= scores["precision_macro"] <= 1 and scores["count"] == 64

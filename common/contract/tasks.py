@@ -45,6 +45,9 @@ IMAGE_MODELS = ("resnet", "resnet-nonorm", "resnet50", "mlp", "vit")
 LANGUAGE_MODELS = ("gpt",)
 # Records before schema 7 name no task: they are image classification, the only task then.
 TASK_BEFORE_SCHEMA_7 = "image-classification"
+# A confusion matrix is classes**2 counts: at ImageNet's 1000 classes 7 MB of JSON in every
+# record (measured), so above this the record keeps the macro scores and no matrix (schema 14)
+CONFUSION_MATRIX_MAX_CLASSES = 100
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,8 @@ class ImageClassification(Task):
         count = int(confusion.sum())
         return {"accuracy": float(np.trace(confusion)) / count, "loss": float(totals[-1]) / count,
                 "count": count, **macro_scores(confusion),
-                "confusion_matrix": confusion.tolist()}
+                "confusion_matrix": confusion.tolist()
+                if self.classes <= CONFUSION_MATRIX_MAX_CLASSES else None}
 
 
 CONTEXT = Bounds(1, 4096)  # tokens a row reads

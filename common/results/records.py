@@ -17,7 +17,7 @@ from parbench.run.modes import modes_schema
 from parbench.run.profiling import SUFFIX
 from parbench.run.registry import FRAMEWORKS
 
-SCHEMA_VERSION = 13  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
+SCHEMA_VERSION = 14  # 2: variant, env.network_isolated, env.load_1m_start/_end, env.other_cpu_s;
 # 3: modes, metrics.compute_dtype and the other observed modes, macro scores, confusion matrix;
 # 4: modes.input and .loader_workers, metrics.input (what each device trained on, data waits);
 # 5: nnodes, node_rank (the writer), hosts (per rank), metrics.nodes (step time per node);
@@ -41,7 +41,8 @@ SCHEMA_VERSION = 13  # 2: variant, env.network_isolated, env.load_1m_start/_end,
 # reached, in seconds from the first touch of training data, steps and samples or tokens; the
 # run stops there), each evaluation's wall_s on that clock, and no metrics.target_accuracy;
 # 13: task object-detection, whose metrics carry precision, recall, f1 and ap50, each _all,
-# _small and _large, in-domain and _shifted (null where the data has no shifted split).
+# _small and _large, in-domain and _shifted (null where the data has no shifted split);
+# 14: metrics.confusion_matrix null above 100 classes (ImageNet's 1000: 7 MB of JSON a record).
 # Versions 1 to 4 are still read (they ran fp32, eager, without sync BN or accumulation, fed
 # from the contract's arrays).
 SCHEMA = json.loads((Path(__file__).with_name("record_schema.json")).read_text())
