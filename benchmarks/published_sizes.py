@@ -102,8 +102,9 @@ def run(case: Case, steps: int, out: Path) -> list:
 def main(argv: list[str] | None = None) -> int:
     gpus = gpu_count()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--presets", nargs="+", default=list(PUBLISHED), choices=PUBLISHED)
-    parser.add_argument("--backends", nargs="+", choices=list(BACKENDS),
+    parser.add_argument("--presets", nargs="+", default=list(PUBLISHED), choices=PUBLISHED,
+                        metavar="PRESET", help=f"some of {', '.join(PUBLISHED)} (all)")
+    parser.add_argument("--backends", nargs="+", choices=list(BACKENDS), metavar="BACKEND",
                         help="default: every backend that can run here")
     parser.add_argument("--devices", nargs="+", type=int,
                         default=sorted({1, gpus}) if gpus else [1])
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any(count < 1 or count > max(gpus, 1) for count in args.devices):
         parser.error(f"--devices: between 1 and {max(gpus, 1)} here")
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
     backends = args.backends or [name for name, backend in BACKENDS.items()
                                  if backend.missing_reason() is None]
     planned = cases(args.presets, backends, args.devices, args.precision, gpus)
