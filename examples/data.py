@@ -1,0 +1,35 @@
+"""What every porting example trains on, from numpy alone, so that the four frameworks' scripts
+start from the same data, the same initial weights and the same batch order, and print the
+same losses. Nothing here imports a framework."""
+
+import numpy as np
+
+FEATURES, HIDDEN, CLASSES, ROWS, BATCH, LR = 16, 32, 4, 512, 32, 0.1
+
+
+def make_data(seed=0):
+    """Gaussian blobs, one per class: float32 features, int64 labels."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 1, (CLASSES, FEATURES))
+    labels = rng.integers(0, CLASSES, ROWS)
+    features = centres[labels] + rng.normal(0, 1.5, (ROWS, FEATURES))
+    return features.astype(np.float32), labels.astype(np.int64)
+
+
+def initial_weights(seed=1):
+    """Dense layers as [out, in] (torch's layout), drawn uniform in +-1/sqrt(fan_in)."""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for name, n_in, n_out in (("hidden", FEATURES, HIDDEN), ("head", HIDDEN, CLASSES)):
+        bound = 1 / np.sqrt(n_in)
+        weights[f"{name}.weight"] = rng.uniform(-bound, bound, (n_out, n_in)).astype(np.float32)
+        weights[f"{name}.bias"] = rng.uniform(-bound, bound, n_out).astype(np.float32)
+    return weights
+
+
+def batches(steps, seed=2):
+    """The rows of each step: a fresh permutation every epoch, the tail left out."""
+    per_epoch = ROWS // BATCH
+    for step in range(steps):
+        epoch, t = divmod(step, per_epoch)
+        yield np.random.default_rng([seed, epoch]).permutation(ROWS)[t * BATCH:(t + 1) * BATCH]

@@ -1,0 +1,64 @@
+"""The porting examples (examples/): standalone scripts, one per framework and step, that a
+reader can copy and run. Each runs here as a reader would run it, and the four frameworks'
+scripts of one step print the same losses, to parity's tolerance."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from conftest import needs
+from parbench.cli.parity import TRAJECTORY_TOLERANCE, relative_difference
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+SCRIPTS = {"torch": "torch", "tensorflow": "tf", "paddle": "paddle", "jax": "jax"}
+LOSS = re.compile(r"^step (\d+) loss (\S+)$", re.M)
+
+
+def run_example(step: str, framework: str, *args: str) -> subprocess.CompletedProcess:
+    script = EXAMPLES / f"{step}_{SCRIPTS[framework]}.py"
+    return subprocess.run([sys.executable, str(script), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@lru_cache(maxsize=None)  # torch's, the reference of every framework's test, runs once
+def losses(step: str, framework: str, steps: int) -> list[float]:
+    done = run_example(step, framework, "--steps", str(steps))
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [(int(k), float(v)) for k, v in LOSS.findall(done.stdout)]
+    assert [k for k, _ in found] == list(range(steps)), done.stdout
+    return [v for _, v in found]
+
+
+def test_the_examples_import_no_parbench_and_their_data_no_framework():
+    for script in EXAMPLES.rglob("*.py"):
+        assert not re.search(r"^\s*(import|from)\s+parbench", script.read_text(), re.M), script
+    imported = re.findall(r"^(?:import|from)\s+(\w+)", (EXAMPLES / "data.py").read_text(), re.M)
+    assert set(imported) == {"numpy"}
+
+
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_one_device_trains_as_torch_does(framework):
+    """20 steps of SGD on the same data, weights and order: torch's losses, and learning (the
+    last loss well below the first)."""
+    reference = losses("single", "torch", 20)
+    assert reference[-1] < 0.8 * reference[0], reference
+    if framework != "torch":
+        ported = losses("single", framework, 20)
+        assert relative_difference(reference, ported) <= TRAJECTORY_TOLERANCE, ported
+
+
+@pytest.mark.slow
+@needs("torch")
+def test_a_bad_step_count_is_one_line_and_exit_2():
+    done = run_example("single", "torch", "--steps", "0")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith("--steps must be at least 1, got 0")
