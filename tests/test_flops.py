@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from test_published_sizes import preset_spec
 
 from conftest import needs, shared_result
 from parbench.contract.flops import (
@@ -44,7 +45,7 @@ from parbench.contract.spec import (
     parameters,
     spec_dict,
 )
-from parbench.contract.tasks import ImageClassification, LanguageModeling
+from parbench.contract.tasks import PUBLISHED, ImageClassification, LanguageModeling
 
 MAC = 2  # FLOPs per multiply-add
 
@@ -223,6 +224,28 @@ def test_torch_counts_exactly_the_same(counts):
         assert counted["forward_fused"] == ours.forward_per_sample - ours.attention, model
     assert counts("torch")["mlp"]["training"] / OURS["mlp"].training_per_sample == \
         pytest.approx(0.694, abs=1e-3)
+
+
+@pytest.mark.slow
+@needs("torch")
+def test_torch_counts_the_published_sizes_exactly_on_the_meta_device(counts):
+    """On torch's meta device (shapes only) the counter counts what it counts on real tensors,
+    for every small spec; there it counts the published sizes (GPT-2 small, ViT-B/16, ResNet-50
+    at 8 rows), which real tensors would take minutes to run, exactly as ours."""
+    published = [preset_spec(preset) for preset in PUBLISHED]
+    done = subprocess.run(
+        [sys.executable, "-m", "parbench.frameworks.torch.flops", "--meta",
+         *(json.dumps(spec_dict(spec)) for spec in [*SPECS.values(), *published])],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    meta = json.loads(done.stdout.strip().splitlines()[-1])
+    for model, counted in zip(SPECS, meta):
+        assert (counted["forward"], counted["training"]) == (
+            counts("torch")[model]["forward"], counts("torch")[model]["training"]), model
+    for spec, counted in zip(published, meta[len(SPECS):]):
+        ours = model_flops(spec)
+        assert counted["forward"] == ours.forward_per_sample, spec.kind
+        assert counted["training"] == ours.training_computed_per_sample, spec.kind
 
 
 def valid_multiply_adds(conv: Conv) -> int:
