@@ -33,3 +33,12 @@ def batches(steps, seed=2):
     for step in range(steps):
         epoch, t = divmod(step, per_epoch)
         yield np.random.default_rng([seed, epoch]).permutation(ROWS)[t * BATCH:(t + 1) * BATCH]
+
+# --- data parallel: each of DEVICES devices trains on its contiguous part of every global batch
+DEVICES = 2
+
+
+def shard(rows, rank, devices=DEVICES):
+    """Device ``rank``'s rows of a global batch: BATCH / devices of them, in order."""
+    per_device = len(rows) // devices
+    return rows[rank * per_device:(rank + 1) * per_device]

@@ -14,23 +14,30 @@ import pytest
 
 from conftest import needs
 from parbench.cli.parity import TRAJECTORY_TOLERANCE, relative_difference
+from parbench.launch.netns import enter_private_network, private_network_unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 SCRIPTS = {"torch": "torch", "tensorflow": "tf", "paddle": "paddle", "jax": "jax"}
+DEVICES = 2  # examples/data.py's
 LOSS = re.compile(r"^step (\d+) loss (\S+)$", re.M)
 
 
 def run_example(step: str, framework: str, *args: str) -> subprocess.CompletedProcess:
+    """The script as a reader runs it; in a private network namespace where this machine
+    allows one, since the data-parallel ones listen on 127.0.0.1 (parbench.launch.netns)."""
     script = EXAMPLES / f"{step}_{SCRIPTS[framework]}.py"
-    return subprocess.run([sys.executable, str(script), *args],
-                          capture_output=True, text=True, timeout=300)
+    private = enter_private_network if private_network_unavailable() is None else None
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          timeout=300, preexec_fn=private)
 
 
 @lru_cache(maxsize=None)  # torch's, the reference of every framework's test, runs once
 def losses(step: str, framework: str, steps: int) -> list[float]:
     done = run_example(step, framework, "--steps", str(steps))
     assert done.returncode == 0, done.stderr[-3000:]
+    if step == "dp":  # really on several devices
+        assert f"devices {DEVICES}" in done.stdout.splitlines(), done.stdout
     found = [(int(k), float(v)) for k, v in LOSS.findall(done.stdout)]
     assert [k for k, _ in found] == list(range(steps)), done.stdout
     return [v for _, v in found]
@@ -54,6 +61,17 @@ def test_one_device_trains_as_torch_does(framework):
     if framework != "torch":
         ported = losses("single", framework, 20)
         assert relative_difference(reference, ported) <= TRAJECTORY_TOLERANCE, ported
+
+
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_data_parallel_on_two_devices_trains_as_one_device(framework):
+    """DDP, MirroredStrategy, Paddle's DataParallel and a sharded jit, each on 2 devices: each
+    one's losses are the one-device torch run's (the gradients of the two halves averaged are
+    the whole batch's)."""
+    assert relative_difference(losses("single", "torch", 20),
+                               losses("dp", framework, 20)) <= TRAJECTORY_TOLERANCE
 
 
 @pytest.mark.slow
