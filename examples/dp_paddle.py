@@ -19,21 +19,21 @@ from single_paddle import Classifier, load, train_step
 def worker(steps):
     paddle.set_device("cpu")
     dist.init_parallel_env()  # gloo on a CPU build
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
     features, labels = make_data()
     model = Classifier()
     load(model, initial_weights())
     model = paddle.DataParallel(model)
     optimizer = paddle.optimizer.SGD(learning_rate=LR, parameters=model.parameters())
     if rank == 0:
-        print(f"devices {dist.get_world_size()}", flush=True)
+        print(f"devices {world}", flush=True)
     for step, rows in enumerate(batches(steps)):
-        mine = shard(rows, rank)
+        mine = shard(rows, rank, world)
         loss = paddle.to_tensor(train_step(model, optimizer, paddle.to_tensor(features[mine]),
                                            paddle.to_tensor(labels[mine])))
         dist.all_reduce(loss)  # the processes' mean losses, summed
         if rank == 0:
-            print(f"step {step} loss {float(loss) / DEVICES:.7f}", flush=True)
+            print(f"step {step} loss {float(loss) / world:.7f}", flush=True)
 
 
 def main():

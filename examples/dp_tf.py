@@ -13,10 +13,23 @@ import tensorflow as tf
 from data import BATCH, DEVICES, LR, batches, initial_weights, make_data, shard
 from single_tf import classifier
 
+
 # --- setup: DEVICES logical CPUs, set before TensorFlow touches a device
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * DEVICES)
-strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(DEVICES)])
+def mirrored():
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * DEVICES)
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(DEVICES)])
+
+
+# --- data shard: each replica its part of the global batch (data.shard, by its replica id)
+def distributed_batch(strategy, features, labels, rows):
+    def part(context, array):
+        return array[shard(rows, context.replica_id_in_sync_group,
+                           context.num_replicas_in_sync)]
+    return tuple(strategy.experimental_distribute_values_from_function(
+        lambda context, array=array: part(context, array)) for array in (features, labels))
+
 
 # --- step: per row, then averaged over the global batch (not the replica's): summing the
 # replicas' gradients then gives the global batch's mean gradient
@@ -24,7 +37,7 @@ PER_ROW = tf.keras.losses.SparseCategoricalCrossentropy(
     from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
 
 
-def make_train_step(model, optimizer):
+def make_train_step(strategy, model, optimizer):
     def replica_step(x, y):
         with tf.GradientTape() as tape:
             per_row = PER_ROW(y, model(x, training=True))
@@ -46,18 +59,19 @@ def main():
     steps = parser.parse_args().steps
     if steps < 1:
         parser.error(f"--steps must be at least 1, got {steps}")
+    train(mirrored(), steps)
+
+
+def train(strategy, steps):
     features, labels = make_data()
     with strategy.scope():  # variables created here are mirrored on every replica
         model = classifier(initial_weights())
         optimizer = tf.keras.optimizers.SGD(learning_rate=LR)
-    train_step = make_train_step(model, optimizer)
+    train_step = make_train_step(strategy, model, optimizer)
     print(f"devices {strategy.num_replicas_in_sync}")
     for step, rows in enumerate(batches(steps)):
-        def part(context, array):
-            return array[shard(rows, context.replica_id_in_sync_group)]
-        x = strategy.experimental_distribute_values_from_function(lambda c: part(c, features))
-        y = strategy.experimental_distribute_values_from_function(lambda c: part(c, labels))
-        print(f"step {step} loss {float(train_step(x, y)):.7f}")
+        loss = train_step(*distributed_batch(strategy, features, labels, rows))
+        print(f"step {step} loss {float(loss):.7f}")
 
 
 if __name__ == "__main__":

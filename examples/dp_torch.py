@@ -29,6 +29,11 @@ def worker(rank, port, steps):
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's own traffic on loopback too
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=DEVICES)
+    train(rank, steps)
+
+
+def train(rank, steps):
+    """The training of one process of a process group already initialised."""
     torch.set_num_threads(1)  # the processes share the cores
     features, labels = make_data()
     model = Classifier()
@@ -36,14 +41,15 @@ def worker(rank, port, steps):
     model = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     if rank == 0:
-        print(f"devices {dist.get_world_size()}", flush=True)
+        print(f"devices {dist.get_world_size()}", flush=True)  # every process's one device
+    world = dist.get_world_size()
     for step, rows in enumerate(batches(steps)):
-        mine = shard(rows, rank)
+        mine = shard(rows, rank, world)
         loss = torch.tensor(train_step(model, optimizer, torch.from_numpy(features[mine]),
                                        torch.from_numpy(labels[mine])))
         dist.all_reduce(loss)  # the processes' mean losses, summed
         if rank == 0:
-            print(f"step {step} loss {loss.item() / DEVICES:.7f}", flush=True)
+            print(f"step {step} loss {loss.item() / world:.7f}", flush=True)
     dist.destroy_process_group()
 
 

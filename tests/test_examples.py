@@ -4,7 +4,9 @@ scripts of one step print the same losses, to parity's tolerance."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import subprocess
 import sys
 from functools import lru_cache
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs
+from parbench.base.ports import free_port
 from parbench.cli.parity import TRAJECTORY_TOLERANCE, relative_difference
 from parbench.launch.netns import enter_private_network, private_network_unavailable
 
@@ -72,6 +75,48 @@ def test_data_parallel_on_two_devices_trains_as_one_device(framework):
     the whole batch's)."""
     assert relative_difference(losses("single", "torch", 20),
                                losses("dp", framework, 20)) <= TRAJECTORY_TOLERANCE
+
+
+def node_command(framework: str, node: int, port: int, logs: Path) -> list[str]:
+    """Node ``node`` of 2 (one device each) as each framework's own launcher starts it."""
+    script = str(EXAMPLES / f"multinode_{SCRIPTS[framework]}.py")
+    if framework == "torch":
+        return ["env", "GLOO_SOCKET_IFNAME=lo", sys.executable, "-m", "torch.distributed.run",
+                "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+                "--master-addr", "127.0.0.1", "--master-port", str(port), script]
+    if framework == "tensorflow":
+        workers = [f"127.0.0.1:{port + i}" for i in range(2)]
+        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": node}}
+        return ["env", f"TF_CONFIG={json.dumps(config)}", sys.executable, script]
+    if framework == "paddle":
+        return [sys.executable, "-m", "paddle.distributed.launch", "--nnodes", "2", "--rank",
+                str(node), "--nproc_per_node", "1", "--master", f"127.0.0.1:{port}", "--host",
+                "127.0.0.1", "--log_dir", str(logs / f"node{node}"), script]
+    return [sys.executable, script, "--coordinator", f"127.0.0.1:{port}", "--processes", "2",
+            "--index", str(node)]
+
+
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_two_machines_train_as_one_device(tmp_path, framework):
+    """Two nodes of one device each on loopback, each started as the framework's launcher
+    starts a machine (torchrun, TF_CONFIG, paddle.distributed.launch, jax.distributed), both in
+    one private network namespace: node 0 prints the one-device torch run's losses."""
+    port = free_port()  # node 0's rendezvous; TensorFlow's node 1 serves on the next one
+    nodes = [shlex.join([*node_command(framework, node, port, tmp_path), "--steps", "20"])
+             for node in (0, 1)]
+    script = (f"{nodes[1]} > {tmp_path / 'node1.log'} 2>&1 & other=$!\n{nodes[0]}\n"
+              "first=$?\nwait $other\nexit $((first || $?))")
+    private = enter_private_network if private_network_unavailable() is None else None
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300,
+                          preexec_fn=private)
+    assert done.returncode == 0, done.stderr[-3000:] + (tmp_path / "node1.log").read_text()[-2000:]
+    assert f"devices {DEVICES}" in done.stdout.splitlines(), done.stdout
+    found = [(int(k), float(v)) for k, v in LOSS.findall(done.stdout)]
+    assert [k for k, _ in found] == list(range(20)), done.stdout
+    assert relative_difference(losses("single", "torch", 20),
+                               [v for _, v in found]) <= TRAJECTORY_TOLERANCE
 
 
 @pytest.mark.slow
