@@ -1,7 +1,9 @@
-"""docs/porting.md quotes the strategy files verbatim; this fails when a quote goes stale."""
+"""docs/porting.md quotes the strategy files verbatim, and the pages of docs/porting/ the
+examples' scripts; this fails when a quote goes stale."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,25 @@ DOC = ROOT / "docs" / "porting.md"
 def test_every_excerpt_matches_its_source():
     _, stale = refresh(DOC, ROOT)
     assert stale == [], "run: python -m parbench.cli.excerpts docs/porting.md"
+
+
+PAGES = sorted((ROOT / "docs" / "porting").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name != "README.md"], ids=str)
+def test_every_page_quotes_the_four_frameworks_examples_as_they_are(page):
+    _, stale = refresh(page, ROOT)
+    assert stale == [], f"run: python -m parbench.cli.excerpts {page.relative_to(ROOT)}"
+    quoted = {m["path"] for m in MARKER.finditer(page.read_text())}
+    for script in ("torch", "tf", "paddle", "jax"):
+        assert any(path.startswith("examples/") and path.endswith(f"_{script}.py")
+                   for path in quoted), (page.name, script)
+
+
+def test_the_index_links_every_page_and_only_pages_that_exist():
+    index = (ROOT / "docs" / "porting" / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([\w-]+\.md)\)", index))
+    assert linked == {p.name for p in PAGES if p.name != "README.md"}
 
 
 def test_the_reference_quotes_every_framework():
