@@ -42,3 +42,6 @@ def shard(rows, rank, devices=DEVICES):
     """Device ``rank``'s rows of a global batch: BATCH / devices of them, in order."""
     per_device = len(rows) // devices
     return rows[rank * per_device:(rank + 1) * per_device]
+
+# --- checkpoints: SGD with momentum, so that the optimizer has state a resume must keep
+MOMENTUM = 0.9
