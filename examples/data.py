@@ -45,3 +45,12 @@ def shard(rows, rank, devices=DEVICES):
 
 # --- checkpoints: SGD with momentum, so that the optimizer has state a resume must keep
 MOMENTUM = 0.9
+
+# --- gradient accumulation: each global batch in MICRO_BATCHES consecutive parts
+MICRO_BATCHES = 2
+
+
+def micro_batches(rows, count=MICRO_BATCHES):
+    """The global batch's rows in ``count`` consecutive parts of equal size."""
+    size = len(rows) // count
+    return [rows[i * size:(i + 1) * size] for i in range(count)]

@@ -77,6 +77,15 @@ def test_data_parallel_on_two_devices_trains_as_one_device(framework):
                                losses("dp", framework, 20)) <= TRAJECTORY_TOLERANCE
 
 
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_two_micro_batches_accumulated_train_as_one_batch(framework):
+    """Each batch of 32 as 2 micro-batches of 16, one optimizer step: the one-device losses."""
+    assert relative_difference(losses("single", "torch", 20),
+                               losses("accumulate", framework, 20)) <= TRAJECTORY_TOLERANCE
+
+
 @lru_cache(maxsize=None)
 def losses_in(step: str, framework: str, folder: Path, *args: str) -> list[tuple[int, float]]:
     """(step, loss) of every line a run printed."""
