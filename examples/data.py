@@ -7,12 +7,12 @@ import numpy as np
 FEATURES, HIDDEN, CLASSES, ROWS, BATCH, LR = 16, 32, 4, 512, 32, 0.1
 
 
-def make_data(seed=0):
+def make_data(seed=0, rows=ROWS):
     """Gaussian blobs, one per class: float32 features, int64 labels."""
     rng = np.random.default_rng(seed)
     centres = rng.normal(0, 1, (CLASSES, FEATURES))
-    labels = rng.integers(0, CLASSES, ROWS)
-    features = centres[labels] + rng.normal(0, 1.5, (ROWS, FEATURES))
+    labels = rng.integers(0, CLASSES, rows)
+    features = centres[labels] + rng.normal(0, 1.5, (rows, FEATURES))
     return features.astype(np.float32), labels.astype(np.int64)
 
 
@@ -54,3 +54,18 @@ def micro_batches(rows, count=MICRO_BATCHES):
     """The global batch's rows in ``count`` consecutive parts of equal size."""
     size = len(rows) // count
     return [rows[i * size:(i + 1) * size] for i in range(count)]
+
+# --- evaluation: a test set whose row count no device count divides, drawn as the training set
+TEST_ROWS = 101
+
+
+def test_data():
+    """TEST_ROWS more rows of the training set's blobs (same centres: same first draws)."""
+    features, labels = make_data(rows=ROWS + TEST_ROWS)
+    return features[ROWS:], labels[ROWS:]
+
+
+def test_part(rank, devices=DEVICES):
+    """Device ``rank``'s contiguous part of the test set; the parts differ by at most one row."""
+    bounds = np.linspace(0, TEST_ROWS, devices + 1).round().astype(int)
+    return slice(int(bounds[rank]), int(bounds[rank + 1]))

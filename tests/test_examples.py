@@ -12,6 +12,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import needs
@@ -84,6 +85,37 @@ def test_two_micro_batches_accumulated_train_as_one_batch(framework):
     """Each batch of 32 as 2 micro-batches of 16, one optimizer step: the one-device losses."""
     assert relative_difference(losses("single", "torch", 20),
                                losses("accumulate", framework, 20)) <= TRAJECTORY_TOLERANCE
+
+
+def numpy_scores() -> tuple[float, float]:
+    """(accuracy, mean loss) of the initial weights on the examples' test set, in float64
+    numpy: the one-device answer, from nothing the examples run."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from data import initial_weights, test_data
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    (features, labels), weights = test_data(), initial_weights()
+    hidden = np.maximum(features @ weights["hidden.weight"].T + weights["hidden.bias"], 0)
+    logits = (hidden @ weights["head.weight"].T + weights["head.bias"]).astype(np.float64)
+    top = logits.max(axis=1, keepdims=True)
+    log_sum = np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0]
+    losses = log_sum - logits[np.arange(len(labels)), labels]
+    return float((logits.argmax(axis=1) == labels).mean()), float(losses.mean())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_two_devices_score_a_test_set_no_device_count_divides_as_one(framework):
+    """101 rows on 2 devices (50 and 51, or 51 and a padding row of weight 0 in JAX): the
+    summed counts give one device's accuracy and loss."""
+    done = run_example("eval", framework)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = re.search(r"^accuracy (\S+) loss (\S+) rows (\d+)$", done.stdout, re.M)
+    assert found, done.stdout
+    accuracy, loss = numpy_scores()
+    assert int(found[3]) == 101 and float(found[1]) == pytest.approx(accuracy, abs=1e-7)
+    assert float(found[2]) == pytest.approx(loss, rel=1e-6)
 
 
 @lru_cache(maxsize=None)
