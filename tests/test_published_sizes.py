@@ -5,6 +5,8 @@ in tests/test_published_steps.py."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,14 @@ from parbench.base.errors import UsageError
 from parbench.contract.data import RANDOM_IMAGES, load_random_images
 from parbench.contract.flops import model_flops, resnet_convs
 from parbench.contract.language import RANDOM_WINDOWS, load_language
-from parbench.contract.spec import build_spec, parameter_count, parameters, resnet_blocks
+from parbench.contract.spec import (
+    build_spec,
+    parameter_count,
+    parameters,
+    resnet_blocks,
+    spec_dict,
+    spec_from_dict,
+)
 from parbench.contract.tasks import ImageClassification
 from parbench.launch.config import resolve
 from parbench.launch.options import RunConfig
@@ -128,3 +137,17 @@ def test_a_record_keeps_no_confusion_matrix_above_100_classes():
         scores = task.eval_scores(task.eval_counts(labels, guesses, 1.0))
         assert (scores["confusion_matrix"] is not None) == kept
         assert 0 <= scores["precision_macro"] <= 1 and scores["count"] == 64
+
+
+def test_the_older_models_keep_their_spec_and_its_hash():
+    """The backbone's new fields stay out of a spec's dict at their defaults, so every model
+    that existed before ResNet-50 hashes as it did (records' names, --resume's matches); one
+    that sets them round-trips through a job file's JSON."""
+    before = {"input_shape": (3, 8, 8), "num_classes": 10, "stem_channels": 8,
+              "stage_channels": (8, 16, 32), "stage_strides": (1, 2, 2),
+              "norm": {"momentum": 0.1, "eps": 1e-05}, "kind": "resnet"}
+    assert spec_dict(build_spec("resnet", (3, 8, 8), 10)) == before
+    assert "stage_blocks" not in spec_dict(build_spec("centernet", (3, 64, 64), 1))
+    resnet50 = preset_spec("resnet50")
+    assert spec_dict(resnet50)["stage_blocks"] == (3, 4, 6, 3)
+    assert spec_from_dict(json.loads(json.dumps(spec_dict(resnet50)))) == resnet50
