@@ -69,3 +69,15 @@ def test_part(rank, devices=DEVICES):
     """Device ``rank``'s contiguous part of the test set; the parts differ by at most one row."""
     bounds = np.linspace(0, TEST_ROWS, devices + 1).round().astype(int)
     return slice(int(bounds[rank]), int(bounds[rank + 1]))
+
+# --- optimizers and schedules: AdamW, a linear warm-up from 0 over WARMUP steps, then a cosine
+# decay to 0 at SCHEDULE_STEPS (Keras', Optax's and Paddle's warm-up start at 0 on step 0)
+PEAK_LR, WARMUP, SCHEDULE_STEPS, WEIGHT_DECAY = 0.01, 3, 20, 0.01
+
+
+def learning_rate(step):
+    """The rate step ``step`` (from 0) trains at: what every framework's scheduler must give."""
+    if step < WARMUP:
+        return PEAK_LR * step / WARMUP
+    progress = (step - WARMUP) / (SCHEDULE_STEPS - WARMUP)
+    return PEAK_LR * 0.5 * (1 + np.cos(np.pi * progress))

@@ -118,6 +118,33 @@ def test_two_devices_score_a_test_set_no_device_count_divides_as_one(framework):
     assert float(found[2]) == pytest.approx(loss, rel=1e-6)
 
 
+SCHEDULED = re.compile(r"^step (\d+) lr (\S+) loss (\S+)$", re.M)
+
+
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_each_frameworks_scheduler_gives_the_schedule_and_adamw_torchs_losses(framework):
+    """LambdaLR, Keras' CosineDecay with warm-up, Paddle's LinearWarmup around
+    CosineAnnealingDecay and Optax's warmup_cosine_decay_schedule: every step's rate is
+    data.learning_rate's (to the 7 decimals printed), and AdamW's 20 losses torch's."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from data import learning_rate
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    runs = {}
+    for name in {"torch", framework}:
+        done = run_example("schedule", name)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = [(int(k), float(r), float(v)) for k, r, v in SCHEDULED.findall(done.stdout)]
+    steps = runs[framework]
+    assert [k for k, _, _ in steps] == list(range(20))
+    assert all(abs(rate - learning_rate(k)) <= 5e-8 for k, rate, _ in steps), steps
+    assert relative_difference([v for *_, v in runs["torch"]],
+                               [v for *_, v in steps]) <= TRAJECTORY_TOLERANCE
+
+
 @lru_cache(maxsize=None)
 def losses_in(step: str, framework: str, folder: Path, *args: str) -> list[tuple[int, float]]:
     """(step, loss) of every line a run printed."""
