@@ -81,3 +81,13 @@ def learning_rate(step):
         return PEAK_LR * step / WARMUP
     progress = (step - WARMUP) / (SCHEDULE_STEPS - WARMUP)
     return PEAK_LR * 0.5 * (1 + np.cos(np.pi * progress))
+
+# --- random numbers: dropout masks drawn on the host, per row of each global batch, so every
+# framework (and every device, taking its rows' masks) drops the same units
+DROPOUT = 0.5
+
+
+def dropout_masks(step, seed=3):
+    """[BATCH, HIDDEN] float32: 0 for a dropped unit, 1 / (1 - DROPOUT) for a kept one."""
+    keep = np.random.default_rng([seed, step]).random((BATCH, HIDDEN)) >= DROPOUT
+    return (keep / (1 - DROPOUT)).astype(np.float32)

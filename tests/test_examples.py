@@ -118,6 +118,28 @@ def test_two_devices_score_a_test_set_no_device_count_divides_as_one(framework):
     assert float(found[2]) == pytest.approx(loss, rel=1e-6)
 
 
+DRAWS = re.compile(r"^own draws (.+)$", re.M)
+
+
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_host_drawn_dropout_masks_train_alike_where_each_generator_draws_its_own(framework):
+    """Dropout masks from numpy: the frameworks' losses agree; their own generators, seeded
+    with 0 alike, do not draw the same numbers (so masks drawn by each would differ)."""
+    runs = {name: run_example("dropout", name) for name in {"torch", framework}}
+    for done in runs.values():
+        assert done.returncode == 0, done.stderr[-3000:]
+    losses_of = {name: [float(v) for _, v in LOSS.findall(done.stdout)]
+                 for name, done in runs.items()}
+    assert len(losses_of[framework]) == 20
+    assert relative_difference(losses_of["torch"], losses_of[framework]) <= TRAJECTORY_TOLERANCE
+    assert losses_of["torch"] != losses("single", "torch", 20)  # the masks took effect
+    if framework != "torch":
+        draws = {name: DRAWS.search(done.stdout)[1] for name, done in runs.items()}
+        assert draws["torch"] != draws[framework]
+
+
 SCHEDULED = re.compile(r"^step (\d+) lr (\S+) loss (\S+)$", re.M)
 
 
