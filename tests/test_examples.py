@@ -210,6 +210,31 @@ def test_bfloat16_computes_in_it_and_trains_within_its_rounding(framework):
     assert TRAJECTORY_TOLERANCE < gap < BF16_ROUNDING, gap
 
 
+SHARDED = ("torch", "paddle", "jax")  # TensorFlow's tf.distribute shards no parameters
+
+
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SHARDED])
+def test_sharded_parameters_train_as_one_device(framework):
+    """FSDP2's fully_shard and a jit over parameters split on a mesh, on 2 devices: each holds
+    half the parameters (338 of 676) and the losses are the one-device run's. Paddle's group
+    sharding, without 2 GPUs, refuses with the reason."""
+    done = run_example("sharded", framework)
+    if framework == "paddle" and done.returncode == 2 and "GPUs here, 2 needed" in done.stderr:
+        assert "cannot shard on a CPU" in done.stderr and done.stdout == ""
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"devices {DEVICES}" in done.stdout.splitlines(), done.stdout
+    if framework != "paddle":  # Paddle's shards are not a tensor's own attribute
+        assert "parameters held 338 of 676" in done.stdout.splitlines(), done.stdout
+    if framework == "jax":  # the step's outputs keep the shardings its inputs had
+        assert "parameters held after training 338 of 676" in done.stdout, done.stdout
+    found = [float(v) for _, v in LOSS.findall(done.stdout)]
+    assert len(found) == 20
+    assert relative_difference(losses("single", "torch", 20), found) <= TRAJECTORY_TOLERANCE
+
+
 @lru_cache(maxsize=None)
 def losses_in(step: str, framework: str, folder: Path, *args: str) -> list[tuple[int, float]]:
     """(step, loss) of every line a run printed."""
