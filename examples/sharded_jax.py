@@ -1,14 +1,16 @@
 """The data-parallel example with every parameter sharded over DEVICES devices (a jit over a
 mesh, the parameters split along their first dimension): the sharded step of the porting
 examples. Each device holds half of each weight and of its optimizer state; XLA gathers the
-weights where a product needs them whole and scatters the gradients back in shards. The
-arithmetic is the one-device step's, so the losses printed are single_jax.py's; the script prints
-how many of the parameters the first device holds first.
+weights where a product needs them whole and hands each device its shard of the gradients. The
+arithmetic is the one-device step's, so the losses printed are single_jax.py's; the script
+prints how many of the parameters the first device holds, and the collectives in the compiled
+step.
 
     python examples/sharded_jax.py [--steps 20]
 """
 
 import argparse
+import re
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +37,15 @@ def held_by(device, tree):
                for shard in leaf.addressable_shards if shard.device == device)
 
 
+def collectives(train_step, *args):
+    """The collectives XLA compiled into the step, by kind: the weights' all-gathers, and how
+    the gradients come back (XLA's CPU backend: one all-reduce of them all, each device keeping
+    its shard, where a GPU build may reduce-scatter)."""
+    program = train_step.lower(*args).compile().as_text()
+    found = re.findall(r"\b(all-gather|all-reduce|reduce-scatter)(?:-start)?\(", program)
+    return " ".join(f"{kind} {found.count(kind)}" for kind in sorted(set(found)))
+
+
 def main():
     parser = argparse.ArgumentParser(description="sharded data parallelism, JAX")
     parser.add_argument("--steps", type=int, default=20)
@@ -51,6 +62,8 @@ def main():
           f"of {whole}")
     for step, rows in enumerate(batches(steps)):
         x, y = jax.device_put((features[rows], labels[rows]), SPLIT)
+        if step == 0:
+            print(f"collectives {collectives(train_step, params, opt_state, x, y)}")
         params, opt_state, loss = train_step(params, opt_state, x, y)
         print(f"step {step} loss {float(loss):.7f}")
     print(f"parameters held after training {held_by(MESH.devices[0], params)} of {whole}")

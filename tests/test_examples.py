@@ -228,11 +228,42 @@ def test_sharded_parameters_train_as_one_device(framework):
     assert f"devices {DEVICES}" in done.stdout.splitlines(), done.stdout
     if framework != "paddle":  # Paddle's shards are not a tensor's own attribute
         assert "parameters held 338 of 676" in done.stdout.splitlines(), done.stdout
-    if framework == "jax":  # the step's outputs keep the shardings its inputs had
+    if framework == "jax":  # the step's outputs keep the shardings its inputs had, and the
+        # compiled step gathers the four sharded tensors whole
         assert "parameters held after training 338 of 676" in done.stdout, done.stdout
+        assert re.search(r"^collectives all-gather 4 ", done.stdout, re.M), done.stdout
     found = [float(v) for _, v in LOSS.findall(done.stdout)]
     assert len(found) == 20
     assert relative_difference(losses("single", "torch", 20), found) <= TRAJECTORY_TOLERANCE
+
+
+# What each framework's default 256 -> 512 dense layer draws: (layout, the weight's std, its
+# bound, the bias's std). torch: uniform in +-1/sqrt(in) (std bound/sqrt(3)), the bias too;
+# Keras and Paddle: Glorot-uniform in +-sqrt(6/(in+out)), zero bias; Flax: LeCun-normal,
+# std 1/sqrt(in), cut at 2 standard deviations of the normal before rescaling (0.87962566)
+DEFAULT_LAYERS = {
+    "torch": ([512, 256], 1 / 16 / 3 ** 0.5, 1 / 16, 1 / 16 / 3 ** 0.5),
+    "tensorflow": ([256, 512], (2 / 768) ** 0.5, (6 / 768) ** 0.5, 0.0),
+    "paddle": ([256, 512], (2 / 768) ** 0.5, (6 / 768) ** 0.5, 0.0),
+    "jax": ([256, 512], 1 / 16, 2 / 16 / 0.87962566, 0.0)}
+DEFAULT_LAYER = re.compile(r"^weight (\[.+\]) std (\S+) max (\S+)\nbias std (\S+) max \S+$", re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_each_frameworks_default_layer_draws_from_its_own_distribution(framework):
+    """The reason every example loads data.initial_weights(): each framework's fresh layer
+    holds another layout and distribution (its std to 2 %, its largest value within the
+    bound, to 1 %)."""
+    done = run_example("init", framework)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = DEFAULT_LAYER.search(done.stdout)
+    assert found, done.stdout
+    layout, std, bound, bias_std = DEFAULT_LAYERS[framework]
+    assert json.loads(found[1]) == layout
+    assert float(found[2]) == pytest.approx(std, rel=0.02)
+    assert 0.97 * bound <= float(found[3]) <= bound + 5e-5  # 4 decimals printed
+    assert float(found[4]) == pytest.approx(bias_std, rel=0.05, abs=1e-12)
 
 
 @lru_cache(maxsize=None)

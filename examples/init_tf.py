@@ -1,0 +1,27 @@
+"""What a freshly built dense layer holds in TensorFlow (Keras): the initial-weights step of the
+porting examples. Each framework draws a new layer's weights from its own distribution, so a
+model built in two frameworks starts from different weights even with every seed fixed; the
+examples load data.initial_weights() instead. The script prints the spread of a 256 -> 512
+layer's kernel and bias, to compare with init_torch.py, init_paddle.py and init_jax.py.
+
+    python examples/init_tf.py
+"""
+
+import tensorflow as tf
+
+IN, OUT = 256, 512
+
+
+# --- model: Dense draws its kernel Glorot-uniform, in +-sqrt(6 / (in + out)), in [in, out];
+# the bias starts at zero
+def default_layer():
+    tf.keras.utils.set_random_seed(0)
+    layer = tf.keras.layers.Dense(OUT)
+    layer.build((None, IN))
+    return layer.kernel.numpy(), layer.bias.numpy()
+
+
+if __name__ == "__main__":
+    weight, bias = default_layer()
+    print(f"weight {list(weight.shape)} std {weight.std():.4f} max {abs(weight).max():.4f}")
+    print(f"bias std {bias.std():.4f} max {abs(bias).max():.4f}")
