@@ -186,6 +186,27 @@ def test_recomputed_activations_train_as_kept_ones(framework):
     assert relative_difference(losses("single", "torch", 20), found) <= TRAJECTORY_TOLERANCE
 
 
+COMPILED = {  # each framework's evidence that the compiled code ran
+    "torch": r"graphs compiled 1", "tensorflow": r"XLA program True",
+    "paddle": r"static program operators [1-9]\d*",
+    "jax": r"programs compiled 1, then 2 after a batch of 16"}
+
+
+@pytest.mark.slow
+@needs("torch")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_compiled_steps_train_as_eager_ones(framework):
+    """torch.compile, jit_compile=True, to_static and jax.jit: the one-device losses, and the
+    compiled code took the steps (a graph captured, an XLA program, a static program; in JAX
+    one compilation for the full batches and one more for a new shape)."""
+    done = run_example("compile", framework)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(f"^{COMPILED[framework]}$", done.stdout, re.M), done.stdout
+    found = [float(v) for _, v in LOSS.findall(done.stdout)]
+    assert len(found) == 20
+    assert relative_difference(losses("single", "torch", 20), found) <= TRAJECTORY_TOLERANCE
+
+
 BF16_ROUNDING = 2.0 ** -8  # bfloat16's relative spacing: 8 bits of significand
 
 
