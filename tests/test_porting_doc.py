@@ -62,6 +62,15 @@ def test_a_changed_source_makes_its_excerpt_stale(tmp_path):
     assert len(refresh(doc, tmp_path)[1]) == 1
 
 
+def test_a_section_ends_before_a_scripts_entry_point(tmp_path):
+    (tmp_path / "s.py").write_text("# --- model\ndef f():\n    return 1\n\n\n"
+                                   "if __name__ == \"__main__\":\n    f()\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- excerpt: s.py#model -->\n```python\n```\n")
+    text, _ = refresh(doc, tmp_path)
+    assert "return 1" in text and "__main__" not in text
+
+
 def test_a_missing_section_is_an_error(tmp_path):
     (tmp_path / "s.py").write_text("x = 1\n")
     doc = tmp_path / "doc.md"

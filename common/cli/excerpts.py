@@ -1,6 +1,8 @@
 """Code excerpts in docs that cannot rot: each fenced block below a marker
 
-    <!-- excerpt: frameworks/torch/ddp.py#step -->        (a '# --- step' section)
+    <!-- excerpt: frameworks/torch/ddp.py#step -->        (a '# --- step' section, to the
+                                                          next, a dedent or a script's
+                                                          ``if __name__ ==`` line)
     <!-- excerpt: frameworks/torch/ddp.py::main -->       (a function or class)
 
 is the named part of the source, verbatim (dedented). ``python -m parbench.cli.excerpts DOC``
@@ -31,7 +33,7 @@ def _section(lines: list[str], section: str, path: str) -> str:
     end = start + 1
     while end < len(lines):
         line = lines[end]
-        if line.lstrip().startswith("# ---") or (
+        if line.lstrip().startswith(("# ---", "if __name__ ==")) or (
                 line.strip() and len(line) - len(line.lstrip()) < indent):
             break
         end += 1
