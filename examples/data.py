@@ -91,3 +91,7 @@ def dropout_masks(step, seed=3):
     """[BATCH, HIDDEN] float32: 0 for a dropped unit, 1 / (1 - DROPOUT) for a kept one."""
     keep = np.random.default_rng([seed, step]).random((BATCH, HIDDEN)) >= DROPOUT
     return (keep / (1 - DROPOUT)).astype(np.float32)
+
+# --- synchronized BatchNorm: a BatchNorm between the hidden layer and its ReLU, in training
+# mode (batch statistics); epsilon is torch's, Paddle's and Flax's default (Keras' is 1e-3)
+BN_EPSILON = 1e-5

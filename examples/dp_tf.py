@@ -15,11 +15,11 @@ from single_tf import classifier
 
 
 # --- setup: DEVICES logical CPUs, set before TensorFlow touches a device
-def mirrored():
+def mirrored(devices=DEVICES):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * DEVICES)
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(DEVICES)])
+        cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(devices)])
 
 
 # --- data shard: each replica its part of the global batch (data.shard, by its replica id)

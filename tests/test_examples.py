@@ -288,6 +288,62 @@ def test_each_frameworks_default_layer_draws_from_its_own_distribution(framework
 
 
 @lru_cache(maxsize=None)
+def printed_losses(step: str, framework: str, *args: str) -> list[float]:
+    """The losses a run printed, every step's, in order."""
+    done = run_example(step, framework, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [(int(k), float(v)) for k, v in LOSS.findall(done.stdout)]
+    assert [k for k, _ in found] == list(range(20)), done.stdout
+    return [v for _, v in found]
+
+
+# The GPU-only scripts' models (normalized_classifier: the BatchNorm classifier and its initial
+# weights, as each script builds it) on one device here, trained by single_<framework>.py's step
+ONE_DEVICE_BATCHNORM = {
+    "torch": ("import torch\nfrom syncbn_torch import normalized_classifier\n"
+              "from single_torch import train_step\nmodel = normalized_classifier()\n"
+              "optimizer = torch.optim.SGD(model.parameters(), lr=LR)\n"
+              "tensor = torch.from_numpy\n"),
+    "paddle": ("import paddle\nfrom syncbn_paddle import normalized_classifier\n"
+               "from single_paddle import train_step\npaddle.set_device('cpu')\n"
+               "model = normalized_classifier()\n"
+               "optimizer = paddle.optimizer.SGD(learning_rate=LR, parameters=model.parameters())\n"
+               "tensor = paddle.to_tensor\n")}
+TRAIN_TWENTY_STEPS = ("from data import LR, batches, make_data\nfeatures, labels = make_data()\n"
+                      "{model}for step, rows in enumerate(batches(20)):\n"
+                      "    loss = train_step(model, optimizer, tensor(features[rows]), "
+                      "tensor(labels[rows]))\n    print(f'step {{step}} loss {{loss:.7f}}')\n")
+
+
+@pytest.mark.slow
+@needs("tensorflow")
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_synchronized_batchnorm_on_two_devices_trains_as_one(framework):
+    """SyncBatchNormalization's statistics over both replicas, and a jit's mean over a sharded
+    batch: 2 devices print 1 device's losses (TensorFlow's, --devices 1), which a BatchNorm
+    changes (from the example without one), while per-replica statistics part from them (7e-2,
+    measured). torch's and Paddle's SyncBatchNorm, GPU only, refuse here with the reason; their
+    BatchNorm classifier on one device gives the same losses."""
+    one_device = printed_losses("syncbn", "tensorflow", "--devices", "1")
+    if framework in ("torch", "paddle"):
+        done = run_example("syncbn", framework)
+        if done.returncode == 2 and "GPUs here, 2 needed" in done.stderr:
+            assert done.stdout == ""
+            code = TRAIN_TWENTY_STEPS.format(model=ONE_DEVICE_BATCHNORM[framework])
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  cwd=EXAMPLES, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        ours = [float(v) for _, v in LOSS.findall(done.stdout)]
+    else:
+        ours = printed_losses("syncbn", framework)
+    assert relative_difference(one_device, ours) <= TRAJECTORY_TOLERANCE, ours
+    if framework == "tensorflow":
+        assert relative_difference(losses("single", "torch", 20), one_device) > 1e-2
+        per_replica = printed_losses("syncbn", "tensorflow", "--unsynchronized")
+        assert relative_difference(one_device, per_replica) > 1e-2
+
+
+@lru_cache(maxsize=None)
 def losses_in(step: str, framework: str, folder: Path, *args: str) -> list[tuple[int, float]]:
     """(step, loss) of every line a run printed."""
     done = run_example(step, framework, "--dir", str(folder), *args)
