@@ -42,6 +42,35 @@ def test_the_index_links_every_page_and_only_pages_that_exist():
     assert linked == {p.name for p in PAGES if p.name != "README.md"}
 
 
+def headings(text: str) -> list[tuple[int, str, str]]:
+    """(level, title, GitHub's anchor) of every heading outside code blocks, in order."""
+    found, seen, code = [], {}, False
+    for line in text.splitlines():
+        code ^= line.startswith("```")
+        heading = None if code else re.match(r"^(#{1,6}) (.+)$", line)
+        if heading:
+            anchor = re.sub(r"[^\w\- ]", "", heading[2].strip().lower()).replace(" ", "-")
+            count = seen.get(anchor, 0)
+            seen[anchor] = count + 1
+            found.append((len(heading[1]), heading[2], f"{anchor}-{count}" if count else anchor))
+    return found
+
+
+def test_the_references_contents_list_its_sections_in_order():
+    text = DOC.read_text()
+    contents = re.findall(r"^ *- \[(.+)\]\(#([\w-]+)\)$", text, re.M)
+    sections = [(title, anchor) for level, title, anchor in headings(text)
+                if level in (2, 3) and title != "Contents"]
+    assert contents == sections
+
+
+def test_every_link_into_the_reference_finds_its_section():
+    anchors = {anchor for *_, anchor in headings(DOC.read_text())}
+    for page in [*PAGES, ROOT / "examples" / "README.md", ROOT / "README.md"]:
+        for anchor in re.findall(r"porting\.md#([\w-]+)\)", page.read_text()):
+            assert anchor in anchors, (page.name, anchor)
+
+
 def test_the_reference_quotes_every_framework():
     paths = [m["path"] for m in MARKER.finditer(DOC.read_text())]
     for framework in ("torch", "tensorflow", "paddle"):
