@@ -36,7 +36,12 @@ def run_example(step: str, framework: str, *args: str) -> subprocess.CompletedPr
                           timeout=300, preexec_fn=private)
 
 
-@lru_cache(maxsize=None)  # torch's, the reference of every framework's test, runs once
+@lru_cache(maxsize=None)  # torch's runs, the references of every framework's test, run once
+def run_cached(step: str, framework: str) -> subprocess.CompletedProcess:
+    return run_example(step, framework)
+
+
+@lru_cache(maxsize=None)
 def losses(step: str, framework: str, steps: int) -> list[float]:
     done = run_example(step, framework, "--steps", str(steps))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -127,7 +132,7 @@ DRAWS = re.compile(r"^own draws (.+)$", re.M)
 def test_host_drawn_dropout_masks_train_alike_where_each_generator_draws_its_own(framework):
     """Dropout masks from numpy: the frameworks' losses agree; their own generators, seeded
     with 0 alike, do not draw the same numbers (so masks drawn by each would differ)."""
-    runs = {name: run_example("dropout", name) for name in {"torch", framework}}
+    runs = {name: run_cached("dropout", name) for name in {"torch", framework}}
     for done in runs.values():
         assert done.returncode == 0, done.stderr[-3000:]
     losses_of = {name: [float(v) for _, v in LOSS.findall(done.stdout)]
@@ -157,7 +162,7 @@ def test_each_frameworks_scheduler_gives_the_schedule_and_adamw_torchs_losses(fr
         sys.path.remove(str(EXAMPLES))
     runs = {}
     for name in {"torch", framework}:
-        done = run_example("schedule", name)
+        done = run_cached("schedule", name)
         assert done.returncode == 0, done.stderr[-3000:]
         runs[name] = [(int(k), float(r), float(v)) for k, r, v in SCHEDULED.findall(done.stdout)]
     steps = runs[framework]
@@ -359,7 +364,9 @@ def test_a_resumed_run_goes_on_as_if_never_stopped(tmp_path_factory, framework):
     process: the 20 losses are torch's uninterrupted run's, momentum included. A resume that
     lost the momentum buffers ends elsewhere (measured in torch: step 19's loss 0.2465449, not
     0.3257872), though not at once: step 10's loss is the restored weights' either way."""
-    whole = losses_in("checkpoint", "torch", tmp_path_factory.mktemp("whole"), "--steps", "20")
+    whole_run = tmp_path_factory.getbasetemp() / "checkpoint-whole"  # one, for every framework
+    whole_run.mkdir(exist_ok=True)
+    whole = losses_in("checkpoint", "torch", whole_run, "--steps", "20")
     assert [k for k, _ in whole] == list(range(20))
     folder = tmp_path_factory.mktemp(framework)
     first = losses_in("checkpoint", framework, folder, "--steps", "10")

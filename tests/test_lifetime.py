@@ -106,10 +106,10 @@ def test_frozen_worker_times_out_and_no_worker_survives(tmp_path, backend, launc
     of a process-group kill: the record says timeout and nothing of the run is left."""
     out, tmpdir = tmp_path / "runs", tmp_path / "tmp"
     run = start(tmpdir, "run", backend, "--launcher", launcher, *TINY, "--steps", "50",
-                "--timeout", "20", "--out", str(out), fault="stop:1:2")
+                "--timeout", "12", "--out", str(out), fault="stop:1:2")
     assert run.wait(timeout=120) == 1, run.stderr.read()
     (record,) = records_in(out)
-    assert record["status"] == "timeout" and record["error"].startswith("timed out after 20 s")
+    assert record["status"] == "timeout" and record["error"].startswith("timed out after 12 s")
     assert_nothing_left(tmpdir, 5)
 
 
