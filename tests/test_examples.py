@@ -145,6 +145,25 @@ def test_host_drawn_dropout_masks_train_alike_where_each_generator_draws_its_own
         assert draws["torch"] != draws[framework]
 
 
+REPLICA_MASKS = {  # what each framework's per-replica draws give (True: the masks are equal)
+    "torch": ["one seed: masks equal True", "seed + rank: masks equal False"],
+    "paddle": ["one seed: masks equal True", "seed + rank: masks equal False"],
+    "tensorflow": ["one seed: masks equal True", "generator in scope: masks equal False"],
+    "jax": ["one key: masks equal True", "key folded with the device index: masks equal False",
+            "one global draw, sharded: equals one device's True"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
+def test_each_replica_draws_its_own_masks_only_when_told(framework):
+    """On 2 devices, one seed draws one mask on every replica; the seed and the rank, a
+    Generator made in the strategy's scope, or a key folded with the device index draw a mask
+    each. A jit's one draw for the sharded global batch is the one-device draw."""
+    done = run_example("replicas", framework)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [f"devices {DEVICES}", *REPLICA_MASKS[framework]]
+
+
 SCHEDULED = re.compile(r"^step (\d+) lr (\S+) loss (\S+)$", re.M)
 
 
