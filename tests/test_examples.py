@@ -59,6 +59,16 @@ def test_the_examples_import_no_parbench_and_their_data_no_framework():
     assert set(imported) == {"numpy"}
 
 
+def test_every_script_is_listed_in_the_readme_and_run_here():
+    """A script nobody runs rots: each is linked from examples/README.md, and each step's
+    name is one this file runs."""
+    readme, source = (EXAMPLES / "README.md").read_text(), Path(__file__).read_text()
+    for script in EXAMPLES.glob("*_*.py"):
+        assert f"]({script.name})" in readme, script.name
+        step = script.stem.rsplit("_", 1)[0]  # run as run_example("dp", ...) or f"dp_{...}"
+        assert f'"{step}"' in source or f'"{step}_{{' in source, step
+
+
 @pytest.mark.slow
 @needs("torch")
 @pytest.mark.parametrize("framework", [pytest.param(fw, marks=needs(fw)) for fw in SCRIPTS])
