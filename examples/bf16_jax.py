@@ -14,29 +14,19 @@ import jax
 import jax.numpy as jnp
 import optax
 from data import LR, batches, initial_weights, make_data
-from single_jax import forward
+from single_jax import forward, make_train_step
 
 
 # --- model: single_jax.py's forward on bfloat16 copies; the gradient flows back through the
-# casts, so it arrives in float32 for the float32 weights
+# casts, so it arrives in float32 for the float32 weights. The loss takes the logits in float32;
+# the step is single_jax.py's, given that forward
 def bf16_logits(params, x):
     return forward(jax.tree.map(lambda p: p.astype(jnp.bfloat16), params),
                    x.astype(jnp.bfloat16))
 
 
-def loss_fn(params, x, y):
-    logits = bf16_logits(params, x).astype(jnp.float32)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-
-# --- step: single_jax.py's, with this loss
-def make_train_step(optimizer):
-    @jax.jit
-    def train_step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-    return train_step
+def float32_loss_logits(params, x):
+    return bf16_logits(params, x).astype(jnp.float32)
 
 
 def main():
@@ -50,7 +40,7 @@ def main():
     print(f"logits {bf16_logits(params, features[:1]).dtype}")
     optimizer = optax.sgd(LR)
     opt_state = optimizer.init(params)
-    train_step = make_train_step(optimizer)
+    train_step = make_train_step(optimizer, float32_loss_logits)
     for step, rows in enumerate(batches(steps)):
         params, opt_state, loss = train_step(params, opt_state, features[rows], labels[rows])
         print(f"step {step} loss {float(loss):.7f}")

@@ -7,14 +7,17 @@ script also prints whether the gradient's program holds the recomputation (a rem
 """
 
 import argparse
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import optax
 from data import LR, batches, initial_weights, make_data
+from single_jax import loss_fn, make_train_step
 
 
-# --- model: jax.checkpoint marks the block; jax.grad then recomputes it instead of keeping it
+# --- model: jax.checkpoint marks the block; jax.grad then recomputes it instead of keeping it.
+# The step is single_jax.py's, given this forward
 @jax.checkpoint
 def hidden_block(weight, bias, x):
     return jax.nn.relu(x @ weight.T + bias)
@@ -23,21 +26,6 @@ def hidden_block(weight, bias, x):
 def forward(params, x):
     hidden = hidden_block(params["hidden.weight"], params["hidden.bias"], x)
     return hidden @ params["head.weight"].T + params["head.bias"]
-
-
-def loss_fn(params, x, y):
-    logits = forward(params, x)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-
-# --- step: single_jax.py's, with this loss
-def make_train_step(optimizer):
-    @jax.jit
-    def train_step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-    return train_step
 
 
 def main():
@@ -50,11 +38,12 @@ def main():
     params = {name: jnp.asarray(value) for name, value in initial_weights().items()}
     optimizer = optax.sgd(LR)
     opt_state = optimizer.init(params)
-    train_step = make_train_step(optimizer)
+    train_step = make_train_step(optimizer, forward)
     for step, rows in enumerate(batches(steps)):
         params, opt_state, loss = train_step(params, opt_state, features[rows], labels[rows])
         print(f"step {step} loss {float(loss):.7f}")
-    program = jax.make_jaxpr(jax.grad(loss_fn))(params, features[rows], labels[rows])
+    gradient = jax.grad(partial(loss_fn, forward=forward))
+    program = jax.make_jaxpr(gradient)(params, features[rows], labels[rows])
     print(f"remat in the gradient {'remat' in str(program)}")
 
 

@@ -21,16 +21,17 @@ def forward(params, x):
     return hidden @ params["head.weight"].T + params["head.bias"]
 
 
-def loss_fn(params, x, y):
+def loss_fn(params, x, y, forward=forward):
     logits = forward(params, x)
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
-# --- step: one compiled function, the state passed in and returned (nothing is mutated)
-def make_train_step(optimizer):
+# --- step: one compiled function, the state passed in and returned (nothing is mutated);
+# another model is another forward function, passed in
+def make_train_step(optimizer, forward=forward):
     @jax.jit
     def train_step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, forward)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
     return train_step

@@ -17,30 +17,17 @@ import optax
 from data import BN_EPSILON, DEVICES, HIDDEN, LR, batches, initial_weights, make_data
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from single_jax import make_train_step
 
 
 # --- model: BatchNorm in training mode between the hidden layer and its ReLU; its scale and
-# shift start at 1 and 0, as every framework's do
+# shift start at 1 and 0, as every framework's do. The step is single_jax.py's, given this forward
 def forward(params, x):
     hidden = x @ params["hidden.weight"].T + params["hidden.bias"]
     mean, variance = hidden.mean(axis=0), hidden.var(axis=0)  # over the global batch
     normalized = (hidden - mean) / jnp.sqrt(variance + BN_EPSILON)
     hidden = jax.nn.relu(normalized * params["norm.weight"] + params["norm.bias"])
     return hidden @ params["head.weight"].T + params["head.bias"]
-
-
-def loss_fn(params, x, y):
-    return optax.softmax_cross_entropy_with_integer_labels(forward(params, x), y).mean()
-
-
-# --- step: single_jax.py's, with this loss
-def make_train_step(optimizer):
-    @jax.jit
-    def train_step(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-    return train_step
 
 
 def main():
@@ -59,7 +46,7 @@ def main():
     params = jax.device_put(weights, NamedSharding(mesh, P()))
     optimizer = optax.sgd(LR)
     opt_state = optimizer.init(params)
-    train_step = make_train_step(optimizer)
+    train_step = make_train_step(optimizer, forward)
     print(f"devices {mesh.size}")
     for step, rows in enumerate(batches(args.steps)):
         x, y = jax.device_put((features[rows], labels[rows]), NamedSharding(mesh, P("data")))
