@@ -19,12 +19,18 @@ from single_paddle import Classifier, load, train_step
 def worker(steps):
     paddle.set_device("cpu")
     dist.init_parallel_env()  # gloo on a CPU build
-    rank, world = dist.get_rank(), dist.get_world_size()
-    features, labels = make_data()
     model = Classifier()
     load(model, initial_weights())
     model = paddle.DataParallel(model)
     optimizer = paddle.optimizer.SGD(learning_rate=LR, parameters=model.parameters())
+    train_loop(model, optimizer, dist.get_rank(), steps)
+
+
+# --- data shard and step: each process its part of every global batch, the wrapped model's
+# step on it; rank 0 prints the global batch's loss
+def train_loop(model, optimizer, rank, steps):
+    features, labels = make_data()
+    world = dist.get_world_size()
     if rank == 0:
         print(f"devices {world}", flush=True)
     for step, rows in enumerate(batches(steps)):

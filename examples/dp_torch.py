@@ -35,22 +35,27 @@ def worker(rank, port, steps):
 def train(rank, steps):
     """The training of one process of a process group already initialised."""
     torch.set_num_threads(1)  # the processes share the cores
-    features, labels = make_data()
     model = Classifier()
     model.load_state_dict({k: torch.from_numpy(v) for k, v in initial_weights().items()})
     model = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    if rank == 0:
-        print(f"devices {dist.get_world_size()}", flush=True)  # every process's one device
+    train_loop(model, torch.optim.SGD(model.parameters(), lr=LR), rank, steps)
+    dist.destroy_process_group()
+
+
+# --- data shard and step: each process its part of every global batch, the wrapped model's
+# step on it; rank 0 prints the global batch's loss
+def train_loop(model, optimizer, rank, steps, device=torch.device("cpu")):
+    features, labels = make_data()
     world = dist.get_world_size()
+    if rank == 0:
+        print(f"devices {world}", flush=True)  # every process's one device
     for step, rows in enumerate(batches(steps)):
         mine = shard(rows, rank, world)
-        loss = torch.tensor(train_step(model, optimizer, torch.from_numpy(features[mine]),
-                                       torch.from_numpy(labels[mine])))
+        x, y = (torch.from_numpy(array[mine]).to(device) for array in (features, labels))
+        loss = torch.tensor(train_step(model, optimizer, x, y), device=device)
         dist.all_reduce(loss)  # the processes' mean losses, summed
         if rank == 0:
             print(f"step {step} loss {loss.item() / world:.7f}", flush=True)
-    dist.destroy_process_group()
 
 
 def main():

@@ -13,30 +13,21 @@ import argparse
 
 import paddle
 import paddle.distributed as dist
-from data import DEVICES, LR, batches, initial_weights, make_data, shard
+from data import DEVICES, LR, initial_weights
+from dp_paddle import train_loop
 from paddle.distributed.sharding import group_sharded_parallel
-from single_paddle import Classifier, load, train_step
+from single_paddle import Classifier, load
 
 
 # --- the loop each process runs; spawn gives it its rank and one GPU
 def worker(steps):
     dist.init_parallel_env()  # NCCL between the GPUs
-    rank = dist.get_rank()
-    features, labels = make_data()
     model = Classifier()
     load(model, initial_weights())
     optimizer = paddle.optimizer.SGD(learning_rate=LR, parameters=model.parameters())
     # --- model: the layer and its optimizer are sharded together, once the optimizer exists
     model, optimizer, _ = group_sharded_parallel(model, optimizer, level="p_g_os")
-    if rank == 0:
-        print(f"devices {dist.get_world_size()}", flush=True)
-    for step, rows in enumerate(batches(steps)):
-        mine = shard(rows, rank)
-        loss = paddle.to_tensor(train_step(model, optimizer, paddle.to_tensor(features[mine]),
-                                           paddle.to_tensor(labels[mine])))
-        dist.all_reduce(loss)  # the processes' mean losses, summed
-        if rank == 0:
-            print(f"step {step} loss {float(loss) / DEVICES:.7f}", flush=True)
+    train_loop(model, optimizer, dist.get_rank(), steps)  # dp_paddle.py's
 
 
 def main():

@@ -3,7 +3,7 @@ fully_shard, gloo on the CPU): the sharded step of the porting examples. Each pr
 of each weight, of its gradient and of its optimizer state; a layer's weights are gathered whole
 for its forward and backward, and each gradient is averaged and scattered back in shards. The
 arithmetic is the one-device step's, so the losses printed are single_torch.py's; rank 0 prints
-how many of the parameters it holds first.
+how many of the parameters it holds.
 
     python examples/sharded_torch.py [--steps 20]
 """
@@ -14,9 +14,9 @@ import os
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from data import DEVICES, LR, batches, initial_weights, make_data, shard
-from dp_torch import free_port
-from single_torch import Classifier, train_step
+from data import DEVICES, LR, initial_weights
+from dp_torch import free_port, train_loop
+from single_torch import Classifier
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
@@ -42,20 +42,13 @@ def sharded_classifier(mesh):
 
 def train(rank, mesh, steps):
     torch.set_num_threads(1)  # the processes share the cores
-    features, labels = make_data()
     model = sharded_classifier(mesh)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)  # built on the shards
     held = sum(p.to_local().numel() for p in model.parameters())
     whole = sum(p.numel() for p in model.parameters())
     if rank == 0:
-        print(f"devices {DEVICES}\nparameters held {held} of {whole}", flush=True)
-    for step, rows in enumerate(batches(steps)):
-        mine = shard(rows, rank)
-        loss = torch.tensor(train_step(model, optimizer, torch.from_numpy(features[mine]),
-                                       torch.from_numpy(labels[mine])))
-        dist.all_reduce(loss)  # the processes' mean losses, summed
-        if rank == 0:
-            print(f"step {step} loss {loss.item() / DEVICES:.7f}", flush=True)
+        print(f"parameters held {held} of {whole}", flush=True)
+    # the optimizer is built on the shards; the loop is dp_torch.py's
+    train_loop(model, torch.optim.SGD(model.parameters(), lr=LR), rank, steps)
     dist.destroy_process_group()
 
 

@@ -16,8 +16,9 @@ import argparse
 import paddle
 import paddle.distributed as dist
 import paddle.nn.functional as F
-from data import BN_EPSILON, DEVICES, HIDDEN, LR, batches, initial_weights, make_data, shard
-from single_paddle import Classifier, load, train_step
+from data import BN_EPSILON, DEVICES, HIDDEN, LR, initial_weights
+from dp_paddle import train_loop
+from single_paddle import Classifier, load
 
 
 # --- model: a BatchNorm between the hidden layer and its ReLU; convert_sync_batchnorm swaps
@@ -45,19 +46,9 @@ def synchronized_classifier():
 # --- the loop each process runs; spawn gives it its rank and one GPU
 def worker(steps):
     dist.init_parallel_env()  # NCCL between the GPUs
-    rank = dist.get_rank()
-    features, labels = make_data()
     model = synchronized_classifier()
     optimizer = paddle.optimizer.SGD(learning_rate=LR, parameters=model.parameters())
-    if rank == 0:
-        print(f"devices {dist.get_world_size()}", flush=True)
-    for step, rows in enumerate(batches(steps)):
-        mine = shard(rows, rank)
-        loss = paddle.to_tensor(train_step(model, optimizer, paddle.to_tensor(features[mine]),
-                                           paddle.to_tensor(labels[mine])))
-        dist.all_reduce(loss)  # the processes' mean losses, summed
-        if rank == 0:
-            print(f"step {step} loss {float(loss) / DEVICES:.7f}", flush=True)
+    train_loop(model, optimizer, dist.get_rank(), steps)  # dp_paddle.py's
 
 
 def main():

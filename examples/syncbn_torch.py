@@ -17,9 +17,9 @@ import os
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from data import BN_EPSILON, DEVICES, HIDDEN, LR, batches, initial_weights, make_data, shard
-from dp_torch import free_port
-from single_torch import Classifier, train_step
+from data import BN_EPSILON, DEVICES, HIDDEN, LR, initial_weights
+from dp_torch import free_port, train_loop
+from single_torch import Classifier
 
 
 # --- model: a BatchNorm between the hidden layer and its ReLU (torch's epsilon is 1e-5);
@@ -52,18 +52,8 @@ def worker(rank, port, steps):
                             world_size=DEVICES)
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
-    features, labels = make_data()
     model = synchronized_classifier(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    if rank == 0:
-        print(f"devices {dist.get_world_size()}", flush=True)
-    for step, rows in enumerate(batches(steps)):
-        mine = shard(rows, rank)
-        x, y = (torch.from_numpy(a[mine]).to(device) for a in (features, labels))
-        loss = torch.tensor(train_step(model, optimizer, x, y), device=device)
-        dist.all_reduce(loss)  # the processes' mean losses, summed
-        if rank == 0:
-            print(f"step {step} loss {loss.item() / DEVICES:.7f}", flush=True)
+    train_loop(model, torch.optim.SGD(model.parameters(), lr=LR), rank, steps, device)
     dist.destroy_process_group()
 
 
