@@ -11,21 +11,7 @@ import argparse
 
 import tensorflow as tf
 from data import LR, batches, initial_weights, make_data
-from single_tf import LOSS, classifier
-
-
-# --- step: single_tf.py's, compiled whole by XLA. Under MirroredStrategy compiling the whole
-# step fails (a replica's variables live on another device): compile the per-replica loss and
-# gradient function instead, and apply the gradients outside it
-def make_train_step(model, optimizer):
-    @tf.function(jit_compile=True)
-    def train_step(x, y):
-        with tf.GradientTape() as tape:
-            loss = LOSS(y, model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-    return train_step
+from single_tf import classifier, make_train_step
 
 
 def main():
@@ -36,7 +22,11 @@ def main():
         parser.error(f"--steps must be at least 1, got {steps}")
     features, labels = make_data()
     model = classifier(initial_weights())
-    train_step = make_train_step(model, tf.keras.optimizers.SGD(learning_rate=LR))
+    # --- step: single_tf.py's, compiled whole by XLA. Under MirroredStrategy compiling the
+    # whole step fails (a replica's variables live on another device): compile the
+    # per-replica loss and gradient function instead, and apply the gradients outside it
+    optimizer = tf.keras.optimizers.SGD(learning_rate=LR)
+    train_step = make_train_step(model, optimizer, jit_compile=True)
     for step, rows in enumerate(batches(steps)):
         loss = train_step(features[rows], labels[rows])
         print(f"step {step} loss {float(loss):.7f}")
