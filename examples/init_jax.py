@@ -8,6 +8,8 @@ init_paddle.py.
     python examples/init_jax.py
 """
 
+import argparse
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -23,7 +25,12 @@ def default_layer():
     return jax.device_get(params["kernel"]), jax.device_get(params["bias"])
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="a fresh dense layer's weights, Flax").parse_args()
     weight, bias = default_layer()
     print(f"weight {list(weight.shape)} std {weight.std():.4f} max {abs(weight).max():.4f}")
     print(f"bias std {bias.std():.4f} max {abs(bias).max():.4f}")
+
+
+if __name__ == "__main__":
+    main()

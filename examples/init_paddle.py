@@ -7,6 +7,8 @@ bias, to compare with init_torch.py, init_tf.py and init_jax.py.
     python examples/init_paddle.py
 """
 
+import argparse
+
 import paddle
 
 IN, OUT = 256, 512
@@ -20,7 +22,12 @@ def default_layer():
     return layer.weight.numpy(), layer.bias.numpy()
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="a fresh dense layer's weights, Paddle").parse_args()
     weight, bias = default_layer()
     print(f"weight {list(weight.shape)} std {weight.std():.4f} max {abs(weight).max():.4f}")
     print(f"bias std {bias.std():.4f} max {abs(bias).max():.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,8 @@ layer's kernel and bias, to compare with init_torch.py, init_paddle.py and init_
     python examples/init_tf.py
 """
 
+import argparse
+
 import tensorflow as tf
 
 IN, OUT = 256, 512
@@ -21,7 +23,12 @@ def default_layer():
     return layer.kernel.numpy(), layer.bias.numpy()
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="a fresh dense layer's weights, TensorFlow").parse_args()
     weight, bias = default_layer()
     print(f"weight {list(weight.shape)} std {weight.std():.4f} max {abs(weight).max():.4f}")
     print(f"bias std {bias.std():.4f} max {abs(bias).max():.4f}")
+
+
+if __name__ == "__main__":
+    main()

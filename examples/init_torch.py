@@ -8,6 +8,8 @@ init_jax.py.
     python examples/init_torch.py
 """
 
+import argparse
+
 import torch
 
 IN, OUT = 256, 512
@@ -21,7 +23,12 @@ def default_layer():
     return layer.weight.detach().numpy(), layer.bias.detach().numpy()
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="a fresh dense layer's weights, PyTorch").parse_args()
     weight, bias = default_layer()
     print(f"weight {list(weight.shape)} std {weight.std():.4f} max {abs(weight).max():.4f}")
     print(f"bias std {bias.std():.4f} max {abs(bias).max():.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,8 @@ device draws. The script prints all three.
     python examples/replicas_jax.py
 """
 
+import argparse
+
 import jax
 import numpy as np
 from data import BATCH, DEVICES, DROPOUT, HIDDEN
@@ -44,7 +46,8 @@ def parts_equal(masks):
     return all(np.array_equal(parts[0], other) for other in parts[1:])
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="random numbers per replica, JAX").parse_args()
     split = NamedSharding(MESH, P("data"))
     global_mask = jax.jit(lambda: mask(KEY, BATCH), out_shardings=split)()
     print(f"devices {len(global_mask.sharding.device_set)}\n"
@@ -52,3 +55,7 @@ if __name__ == "__main__":
           f"key folded with the device index: masks equal {parts_equal(per_device(folded_key))}\n"
           f"one global draw, sharded: equals one device's "
           f"{np.array_equal(np.asarray(global_mask), np.asarray(mask(KEY, BATCH)))}")
+
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,8 @@ paddle.seed(seed + rank), and prints whether the processes' masks are equal.
     python examples/replicas_paddle.py
 """
 
+import argparse
+
 import paddle
 import paddle.distributed as dist
 from data import BATCH, DEVICES, DROPOUT, HIDDEN
@@ -40,5 +42,10 @@ def worker():
               f"seed + rank: masks equal {per_rank}", flush=True)
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="random numbers per replica, Paddle").parse_args()
     dist.spawn(worker, nprocs=DEVICES)  # raises if a process fails
+
+
+if __name__ == "__main__":
+    main()

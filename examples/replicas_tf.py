@@ -8,6 +8,8 @@ are equal.
     python examples/replicas_tf.py
 """
 
+import argparse
+
 import tensorflow as tf
 from data import BATCH, DEVICES, DROPOUT, HIDDEN
 from dp_tf import mirrored
@@ -31,7 +33,8 @@ def masks_equal(strategy, draw):
     return all(bool(tf.reduce_all(masks[0] == other)) for other in masks[1:])
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="random numbers per replica, TF Mirrored").parse_args()
     strategy = mirrored()
     with strategy.scope():
         generator = tf.random.Generator.from_seed(SEED)
@@ -39,3 +42,7 @@ if __name__ == "__main__":
     own = masks_equal(strategy, tf.function(lambda: generator_mask(generator)))
     print(f"devices {strategy.num_replicas_in_sync}\none seed: masks equal {alike}\n"
           f"generator in scope: masks equal {own}")
+
+
+if __name__ == "__main__":
+    main()

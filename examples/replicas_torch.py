@@ -8,6 +8,7 @@ prints whether the processes' masks are equal.
     python examples/replicas_torch.py
 """
 
+import argparse
 import os
 
 import torch
@@ -44,5 +45,10 @@ def worker(rank, port):
     dist.destroy_process_group()
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="random numbers per replica, PyTorch DDP").parse_args()
     mp.spawn(worker, args=(free_port(),), nprocs=DEVICES)  # raises if a process fails
+
+
+if __name__ == "__main__":
+    main()
