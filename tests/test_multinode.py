@@ -1,33 +1,26 @@
-"""Multi-node runs, checked with two "nodes" on loopback: each node is its own ``parbench run``
-(its own process tree and launcher), both started by tests/nodes_driver.py inside one private
-network namespace where the OS allows it, addressing 127.0.0.1 only."""
+"""Multi-node runs, checked with two "nodes" on loopback (tests/loopback_nodes.py): each node is
+its own ``parbench run`` (its own process tree and launcher), both in one private network
+namespace where the OS allows it, addressing 127.0.0.1 only."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from loopback_nodes import TRAINING, loopback_run, node_argv, run_nodes
 
-from conftest import needs, needs_scontrol, parbench, records_in, run_ok
+from conftest import needs, parbench, records_in, run_ok
 from parbench.base.errors import UsageError
 from parbench.base.ports import free_port
 from parbench.launch.checkin import CheckIn, NodeFailure, check_in
-from parbench.launch.netns import enter_private_network, private_network_unavailable
 from parbench.launch.nodes import Nodes, differences, parse_master
 from parbench.launch.nodewatch import Link
 from parbench.run.collect import all_gather_bytes, pack, unpack
 
-DRIVER = Path(__file__).with_name("nodes_driver.py")
-# digits, global batch 32, no BatchNorm, one thread per worker: both layouts (2 nodes x 1 device
-# and 1 node x 2 devices) compute the same sums in the same order
-TRAINING = ("--dataset", "digits", "--global-batch", "32", "--steps", "8", "--model",
-            "resnet-nonorm", "--threads", "1")
 MULTI_NODE = [pytest.param("torch-ddp", (), marks=needs("torch")),
               pytest.param("tf-multiworker", (), marks=needs("tensorflow")),
               pytest.param("paddle-launch", (), marks=needs("paddle")),
@@ -37,40 +30,19 @@ MULTI_NODE = [pytest.param("torch-ddp", (), marks=needs("torch")),
                                          "16"), marks=needs("torch"), id="torch-ddp-gpt")]
 
 
-def node_argv(backend: str, rank: int, port: int, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "parbench.cli", "run", backend, "--nnodes", "2",
-            "--node-rank", str(rank), "--master", f"127.0.0.1:{port}", "--devices", "1",
-            *TRAINING, "--out", str(out), *extra]
-
-
-def run_nodes(folder: Path, argvs: list[list[str]], envs: list[dict] | None = None,
-              kill: dict | None = None, timeout: float = 300) -> dict:
-    """Start the nodes side by side through the driver; its report (see nodes_driver.py)."""
-    spec = folder / "nodes.json"
-    spec.write_text(json.dumps({"nodes": [{"argv": argv, "env": env} for argv, env in
-                                          zip(argvs, envs or [{}] * len(argvs))],
-                                "kill": kill, "timeout": timeout}))
-    isolate = enter_private_network if private_network_unavailable() is None else None
-    done = subprocess.run([sys.executable, str(DRIVER), str(spec)], capture_output=True,
-                          text=True, timeout=timeout + 60, preexec_fn=isolate, cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout)
-    assert report["survivors"] == [], "processes outlived the run"
-    return report
-
-
 # --- two loopback nodes, each framework's launcher
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend,extra", MULTI_NODE)
-def test_two_nodes_make_one_record_that_equals_one_node(tmp_path, backend, extra):
-    port = free_port()
-    report = run_nodes(tmp_path, [node_argv(backend, r, port, tmp_path / f"out{r}", *extra)
-                                  for r in (0, 1)])
-    node0, node1 = report["nodes"]
+def test_two_nodes_make_one_record_that_equals_one_node(tmp_path, tmp_path_factory, backend,
+                                                      extra):
+    run = loopback_run(tmp_path_factory, backend, *extra)
+    node0, node1 = run["nodes"]
     assert (node0["rc"], node1["rc"]) == (0, 0), node0["stderr"][-2000:] + node1["stderr"][-2000:]
-    (record,) = records_in(tmp_path / "out0")
-    assert not (tmp_path / "out1").exists()  # node 1 prints its part, node 0 records the run
+    (record,) = run["records"][0]
+    assert run["records"][1] == []  # node 1 prints its part, node 0 records the run
+    (tmp_path / "out0").mkdir()
+    (tmp_path / "out0" / "record.json").write_text(json.dumps(record))
     checked = parbench("check", str(tmp_path / "out0"))  # the schema's multi-node fields
     assert checked.returncode == 0 and "1 record(s) checked, 0 problem(s)" in checked.stdout, \
         checked.stdout
@@ -167,23 +139,6 @@ def test_a_node_that_cannot_reach_node_0_says_so_and_fails(tmp_path):
     assert done.returncode == 1
     assert "node 1 could not reach node 0 at 127.0.0.1:" in done.stderr
     assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow
-@needs("torch")
-@needs_scontrol
-def test_from_slurm_reproduces_the_two_node_run(tmp_path, slurm_env):
-    port = free_port()
-    argvs = [[sys.executable, "-m", "parbench.cli", "run", "torch-ddp", "--from-slurm",
-              "--master-port", str(port), "--devices", "1", *TRAINING,
-              "--out", str(tmp_path / f"out{r}")] for r in (0, 1)]
-    envs = [{"SLURM_NNODES": "2", "SLURM_NODEID": str(r), "SLURM_JOB_NODELIST": "localhost",
-             **slurm_env} for r in (0, 1)]
-    report = run_nodes(tmp_path, argvs, envs)
-    assert [n["rc"] for n in report["nodes"]] == [0, 0], report["nodes"][0]["stderr"][-2000:]
-    (record,) = records_in(tmp_path / "out0")
-    assert (record["nnodes"], record["world_size"], record["config"]["master"]) == \
-        (2, 2, f"localhost:{port}")
 
 
 def test_slurm_command_prints_a_script_bash_accepts(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -174,13 +175,29 @@ def _paddle_launch(job_path: Path, devices: int, nodes: Rendezvous | None) -> li
     if nodes is None:
         rendezvous = [f"--master={LOCALHOST}:{free_port()}", f"--host={LOCALHOST}"]
     else:
-        host = [f"--host={LOCALHOST}"] if nodes.loopback else []
+        master = _address_of(nodes.master_host)
+        host = [f"--host={LOCALHOST}"] if nodes.loopback else \
+            [f"--host={master}"] if nodes.node_rank == 0 else []
         rendezvous = [f"--nnodes={nodes.nnodes}", f"--rank={nodes.node_rank}",
-                      f"--master={nodes.master_host}:{nodes.master_port}", *host]
+                      f"--master={master}:{nodes.master_port}", *host]
     script = importlib.util.find_spec("parbench.run.worker").origin
     return ["env", "-u", "FLAGS_print_launcher_env", "-u", "PADDLE_LOG_DIR", sys.executable,
             "-m", "paddle.distributed.launch", f"--nproc_per_node={devices}", *rendezvous,
             f"--log_dir={job_path.parent / 'launch-log'}", script, str(job_path)]
+
+
+def _address_of(host: str) -> str:
+    """The IPv4 address Paddle's launcher needs for --master: it starts its rendezvous server
+    only on the node whose own address equals the master's host as written (HTTPMaster compares
+    strings), so with a host name, as Slurm's nodelists give, no node starts it and every node
+    waits for ever (measured on a two-node Slurm cluster). Node 0 is also told, with --host,
+    that this address is its own: Paddle would otherwise take the one its host name resolves
+    to, which need not be the one the other nodes reach it at."""
+    try:
+        return socket.gethostbyname(host)
+    except OSError as err:
+        raise RuntimeError(f"paddle-launch: the master host {host!r} has no IPv4 address "
+                           f"({err})") from None
 
 
 LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in (
