@@ -17,6 +17,7 @@ from parbench.run.registry import BACKENDS, LAUNCHERS
 
 from .doc_lists import code, table
 
+DOC_ADDRESS = "192.0.2.1"
 # Across machines, a launcher without an address of its own on its command line: who says
 # where each worker listens (parbench's check-in gathers the ports, parbench.launch.checkin).
 WORKER_PORTS = ("each node picks a free port per worker and reports them at parbench's "
@@ -41,14 +42,17 @@ def launchers_list(args: list[str], root: Path) -> str:
         raise ValueError(f"the registry's launcher(s) {', '.join(silent)} say nothing of what "
                          "listens (Launcher.listens): say what each launcher opens")
     job = Path(tempfile.gettempdir()) / "JOB" / "job.json"
-    nodes = Nodes(2, 0, "HOST", DEFAULT_MASTER_PORT, None, 60.0)
+    # an address, not a name: paddle-launch resolves the master's host (RFC 5737's documentation
+    # address, shown as HOST)
+    nodes = Nodes(2, 0, DOC_ADDRESS, DEFAULT_MASTER_PORT, None, 60.0)
     rows = []
     for name, launcher in LAUNCHERS.items():
         one = launcher.command(job, 2)
         several = launcher.single_node and f"no: {launcher.single_node}" or (
             WORKER_PORTS if launcher.argv is None else
             _addresses(launcher.command(job, 1, nodes)).replace(str(DEFAULT_MASTER_PORT),
-                                                               "PORT"))
+                                                               "PORT").replace(DOC_ADDRESS,
+                                                                               "HOST"))
         rows.append([code(name), ", ".join(b.name for b in BACKENDS.values()
                                            if name in b.launchers),
                      _entry_point(one), _addresses(one) or "none", launcher.listens, several])

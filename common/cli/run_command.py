@@ -19,6 +19,7 @@ from parbench.base.options import add_flags
 from parbench.launch.checkin import NodeFailure
 from parbench.launch.harness import Keep, Prepared, execute, prepare, run_once
 from parbench.launch.lifetime import raise_if_stopping
+from parbench.launch.operators import pod_place
 from parbench.launch.options import (
     CHECKPOINT_OPTIONS,
     NODES,
@@ -70,27 +71,49 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
         "host from srun's environment (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST)")
     add("--master-port", type=int, help=f"--from-slurm: the master's PORT "
         f"({DEFAULT_MASTER_PORT})")
+    add("--from-env", action="store_true", help="take --nnodes, --node-rank and --master from "
+        "the variables a Kubernetes training operator gives its pods (PyTorchJob, TFJob, "
+        "PaddleJob, JAXJob, Trainer v2's TrainJob; see docs/multinode.md)")
 
 
-def _apply_slurm(args: argparse.Namespace) -> None:
-    """--from-slurm: fill the multi-node options from Slurm's environment."""
-    if not args.from_slurm:
-        if args.master_port is not None:
-            raise UsageError("--master-port goes with --from-slurm; otherwise give "
-                             "--master HOST:PORT")
+def _apply_placement(args: argparse.Namespace) -> None:
+    """--from-slurm or --from-env: fill the multi-node options from the engine's environment."""
+    if args.from_slurm and args.from_env:
+        raise UsageError("--from-slurm and --from-env: give one, the engine that started "
+                         "this node")
+    if args.master_port is not None and not args.from_slurm:
+        raise UsageError("--master-port goes with --from-slurm; otherwise give "
+                         "--master HOST:PORT")
+    flag = "--from-slurm" if args.from_slurm else "--from-env" if args.from_env else None
+    if flag is None:
         return
     given = [f"--{name.replace('_', '-')}" for name in ("nnodes", "node_rank", "master")
              if getattr(args, name) is not None]
     if given:
-        raise UsageError(f"--from-slurm sets {', '.join(given)} itself; leave them out")
-    node = slurm_node(os.environ)
-    port = DEFAULT_MASTER_PORT if args.master_port is None else args.master_port
-    args.nnodes, args.node_rank = node.nnodes, node.node_rank
-    args.master = f"{node.master_host}:{port}"
+        raise UsageError(f"{flag} sets {', '.join(given)} itself; leave them out")
+    if args.from_slurm:
+        node = slurm_node(os.environ)
+        port = DEFAULT_MASTER_PORT if args.master_port is None else args.master_port
+        _place_node(args, node.nnodes, node.node_rank, f"{node.master_host}:{port}")
+        return
+    place = pod_place(os.environ)
+    if place.devices is not None and args.devices not in (None, place.devices):
+        raise UsageError(f"--devices {args.devices}: the TrainJob runs "
+                         f"PET_NPROC_PER_NODE={place.devices} per node")
+    if place.devices is not None:
+        args.devices = place.devices
+    _place_node(args, place.nnodes, place.node_rank, place.master)
+
+
+def _place_node(args: argparse.Namespace, nnodes: int, node_rank: int, master: str) -> None:
+    # a one-node job is a single-node run: no rank, no master to meet at
+    args.nnodes = nnodes
+    if nnodes > 1:
+        args.node_rank, args.master = node_rank, master
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _apply_slurm(args)
+    _apply_placement(args)
     cfg = config_from_args(args)
     keep = Keep(*(Path(path) if path else None
                   for path in (args.save_weights, args.save_predictions)))

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from parbench.run.registry import LAUNCHERS, Backend, spanning_backends
 
 # Options that may differ between the nodes of one run: where each node keeps its files and
-# logs, how long it waits, and what identifies the node itself.
+# logs, how long it waits, what identifies the node itself, and how it names node 0 (a
+# PaddleJob gives pod 0 its own IP and the others a service name; that a node reached node 0's
+# check-in at its --master is the agreement that counts).
 NODE_LOCAL = ("node_rank", "out", "verbose", "timeout", "data_dir", "isolate_network",
-              "ifname", "join_timeout", "config")
+              "ifname", "join_timeout", "config", "master")
 
 
 class NodesError(ValueError):
