@@ -1,5 +1,5 @@
-"""The ``parbench`` command: list, run, compare, check, report, parity, slurm, peak, explain,
-data and convert."""
+"""The ``parbench`` command: list, run, compare, check, report, parity, slurm, k8s, peak,
+explain, data and convert."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from .compare_command import add_compare_parser
 from .convert_command import add_convert_parser
 from .data_command import add_data_parser
 from .explain import add_explain_parser
+from .k8s import add_k8s_parser
 from .parity import FAMILIES
 from .parsing import OneLineParser
 from .peak import add_peak_parser
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refuse a folder with any invalid file instead of skipping it")
     report.set_defaults(func=cmd_report)
     add_slurm_parser(sub)
+    add_k8s_parser(sub)
     add_peak_parser(sub)
     add_explain_parser(sub)
     add_data_parser(sub)

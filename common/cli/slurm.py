@@ -1,25 +1,14 @@
 """``parbench slurm BACKEND --nodes N [run options]``: print the sbatch script that runs one
-``parbench run --from-slurm`` per node (the script itself: parbench.launch.slurm)."""
+``parbench run --from-slurm`` per node (the script itself: parbench.launch.slurm; how the slurm
+options and the run options mix: parbench.cli.engine)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
 
-from parbench.base.errors import UsageError
-from parbench.launch.options import OPTIONS
 from parbench.launch.slurm import DEFAULT_MASTER_PORT, sbatch_script
-from parbench.run.registry import BACKENDS
 
-from .parsing import OneLineParser
-from .run_command import add_run_options
-
-
-class _Parser(OneLineParser):
-    """Its errors name the sub-command: the run options it checks are not slurm's own."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"slurm: {message}")
+from .engine import check_run_options, split_options, wants_help
 
 
 def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +24,7 @@ def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_slurm_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """The ``slurm`` sub-command; see cmd_slurm for how its options and the run options mix."""
+    """The ``slurm`` sub-command: its options and the run options in any order."""
     slurm = sub.add_parser("slurm", help="print an sbatch script that runs a backend on N nodes")
     _add_slurm_options(slurm)
     slurm.add_argument("backend", help="see 'parbench list'")
@@ -46,36 +35,13 @@ def add_slurm_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 
 def cmd_slurm(args: argparse.Namespace) -> int:
-    """Print the sbatch script for ``parbench slurm BACKEND [options]``.
-
-    Design: everything after BACKEND is one argparse REMAINDER, so the slurm options and the
-    run options can come in any order (``parbench slurm torch-ddp --nodes 2 --steps 100``).
-    A parser of the slurm options alone then takes its own out of that remainder
-    (parse_known_args, no abbreviations) and leaves the run options as the user typed them, in
-    order, so they reach ``parbench run`` verbatim; slurm options given before BACKEND count
-    too, and after it they win. The run options are checked here with a throw-away parser
-    built by the same ``add_run_options`` as ``parbench run`` (plus ``--devices``), without
-    abbreviations, so a misspelt option fails now with exit 2 and not on the cluster later.
-    """
-    rest = list(args.run_args)
-    if "-h" in rest or "--help" in rest:
+    """Print the sbatch script for ``parbench slurm BACKEND [options]``."""
+    if wants_help(args):
         print(args.slurm_help(), end="")
         return 0
-    split = _Parser(add_help=False, allow_abbrev=False)
-    _add_slurm_options(split)
-    given = argparse.Namespace(nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                               master_port=args.master_port, time=args.time,
-                               partition=args.partition, job_name=args.job_name)
-    opts, run_args = split.parse_known_args(rest, namespace=given)
-    if opts.nodes is None:
-        raise UsageError("slurm: --nodes is required")
-    if args.backend not in BACKENDS:
-        raise UsageError(f"unknown backend {args.backend!r}; see 'parbench list'")
+    opts, run_args = split_options(args, "slurm", _add_slurm_options)
     script = sbatch_script(args.backend, run_args, opts.nodes, opts.gpus_per_node,
                            opts.master_port, opts.time, opts.partition, opts.job_name)
-    check = _Parser(add_help=False, allow_abbrev=False)
-    add_run_options(check, "run")
-    OPTIONS["devices"].add_to(check)  # a flag of 'run' alone
-    check.parse_args(run_args)
+    check_run_options(run_args, "slurm")
     print(script, end="")
     return 0
