@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 import yaml
@@ -155,3 +158,12 @@ def test_the_command_refuses_in_one_line_and_prints_nothing(argv, line):
     assert done.returncode == 2 and done.stdout == ""
     (said,) = done.stderr.strip().splitlines()
     assert said.startswith("parbench: error: " + line), said
+
+
+@pytest.mark.parametrize("command", ["slurm", "k8s"])
+def test_the_multinode_page_shows_what_the_commands_print(command):
+    page = (Path(__file__).parents[1] / "docs" / "multinode.md").read_text()
+    (block,) = re.findall(rf"```console\n\$ parbench ({command} .*?)\n(.*?)```", page, re.S)
+    done = parbench(*shlex.split(block[0]))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == block[1], f"docs/multinode.md: paste 'parbench {block[0]}' again"

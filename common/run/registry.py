@@ -169,7 +169,8 @@ def _torchrun(job_path: Path, devices: int, nodes: Rendezvous | None) -> list[st
 def _paddle_launch(job_path: Path, devices: int, nodes: Rendezvous | None) -> list[str]:
     """--host: without it the launcher announces this node at the address its host name
     resolves to, which on most machines is not loopback (on a real cluster that address is the
-    right one). --rank fixes the node's place (unset, nodes are numbered as they join).
+    right one, except on node 0: see _address_of). --master is an address, never a name (also
+    _address_of). --rank fixes the node's place (unset, nodes are numbered as they join).
     Unset: FLAGS_print_launcher_env makes the launcher print a failed worker's whole
     environment (into the record's error tail), and PADDLE_LOG_DIR would override --log_dir."""
     if nodes is None:
