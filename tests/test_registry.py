@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import socket
 import subprocess
 import sys
 import tomllib
@@ -16,6 +17,8 @@ import pytest
 
 from conftest import parbench
 from parbench.base.devices import gpu_count
+from parbench.launch.nodes import Nodes
+from parbench.run import registry
 from parbench.run.registry import BACKENDS, FRAMEWORKS, LAUNCHERS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,3 +147,23 @@ def test_sharding_a_framework_cannot_do_here_is_refused_with_its_reason(tmp_path
                for line in listed)
     # a framework with no sharded data parallelism at all says why
     assert f"tensorflow: no sharded backend: {FRAMEWORKS['tensorflow'].no_sharding}" in listed
+
+
+def test_paddle_launch_is_given_node_0s_address_never_a_host_name(monkeypatch):
+    """Paddle's launcher starts its rendezvous server only where --master's host equals the
+    node's own address as a string: a name there left every node waiting (found on the Slurm
+    cluster of tests/test_slurm_cluster.py), so the name is resolved, and node 0 is told the
+    address is its own."""
+    def resolve(host: str) -> str:
+        if host != "node01.cluster":
+            raise socket.gaierror(-2, "Name or service not known")
+        return "10.0.0.1"
+    monkeypatch.setattr(registry.socket, "gethostbyname", resolve)
+    job = Path("JOB") / "job.json"
+    launch = LAUNCHERS["paddle-launch"]
+    node0, node1 = (launch.command(job, 1, Nodes(2, rank, "node01.cluster", 29500, None, 60.0))
+                    for rank in (0, 1))
+    assert "--master=10.0.0.1:29500" in node0 and "--master=10.0.0.1:29500" in node1
+    assert "--host=10.0.0.1" in node0 and not any(a.startswith("--host=") for a in node1)
+    with pytest.raises(RuntimeError, match="master host 'node02.cluster' has no IPv4 address"):
+        launch.command(job, 1, Nodes(2, 1, "node02.cluster", 29500, None, 60.0))
