@@ -86,7 +86,7 @@ def test_two_forms_that_agree_are_one_place():
      "--from-env: a PaddleJob gives no rank; parbench reads it from the pod's name, "
      "bench-worker-<index> (HOSTNAME), which is 'bench-master-0'"),
     ({**operator_env("PaddleJob", 1, 23456), "PADDLE_TRAINER_NUM": "1"},
-     "--from-env: PADDLE_TRAINER_NUM is set: a PaddleJob with a Master replica runs Paddle's "
+     "--from-env: PADDLE_TRAINER_NUM is set: a PaddleJob with a Master replica runs in "
      "parameter-server mode"),
     ({**operator_env("PaddleJob", 1, 23456), "PADDLE_MASTER": "bench-worker-0"},
      "--from-env: PADDLE_MASTER='bench-worker-0' is not HOST:PORT"),

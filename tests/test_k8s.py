@@ -18,8 +18,9 @@ import yaml
 from conftest import parbench
 from parbench.base.errors import UsageError
 from parbench.cli.k8s import add_k8s_parser
-from parbench.launch.k8s import KINDS, Pods, manifest
+from parbench.launch.k8s import Pods, job_operator, manifest
 from parbench.launch.operators import pod_place
+from parbench.run.registry import BACKENDS, LAUNCHERS
 
 constants = pytest.importorskip("kubeflow.training.constants.constants",
                                 reason="Kubeflow's training SDK is not installed "
@@ -42,7 +43,7 @@ def injected(job: dict) -> list[dict[str, str]]:
     replicas = containers(job)
     total = sum(count for count, _, _ in replicas.values())
     port = next(p["containerPort"] for p in next(iter(replicas.values()))[1]["ports"]
-                if p["name"] == KINDS_BY_JOB[kind].port_name)
+                if p["name"] == OPERATORS[kind].port_name)
     pods = [(role.lower(), index) for role, (count, _, _) in replicas.items()
             for index in range(count)]
     if kind == "PyTorchJob":
@@ -64,14 +65,17 @@ def injected(job: dict) -> list[dict[str, str]]:
              "NUM_PROCESSES": str(total), "PROCESS_ID": str(index)} for role, index in pods]
 
 
-KINDS_BY_JOB = {kind.kind: kind for kind in KINDS.values()}
+# every backend that spans machines (its default launcher does) has its framework's operator
+SPANNING = [name for name, backend in BACKENDS.items()
+            if LAUNCHERS[backend.launchers[0]].single_node is None]
+OPERATORS = {job_operator(name).kind: job_operator(name) for name in SPANNING}
 
 
-@pytest.mark.parametrize("backend", list(KINDS))
+@pytest.mark.parametrize("backend", SPANNING)
 @pytest.mark.parametrize("nodes", [1, 3])
 def test_the_job_is_the_operators_kind_with_one_pod_per_node(backend, nodes):
     job = manifest(backend, RUN_ARGS, Pods(nodes=nodes, image="registry.example/parbench:1"))
-    kind = KINDS[backend]
+    kind = job_operator(backend)
     assert (job["apiVersion"], job["kind"]) == (constants.API_VERSION, kind.kind)
     replicas = containers(job)
     assert sum(count for count, _, _ in replicas.values()) == nodes
@@ -87,7 +91,7 @@ def test_the_job_is_the_operators_kind_with_one_pod_per_node(backend, nodes):
     assert job["spec"]["runPolicy"] == {"backoffLimit": 0, "cleanPodPolicy": "Running"}
 
 
-@pytest.mark.parametrize("backend", list(KINDS))
+@pytest.mark.parametrize("backend", SPANNING)
 def test_the_operators_variables_place_the_pods_as_nodes_of_one_run(backend):
     job = manifest(backend, RUN_ARGS, Pods(nodes=3, image="img"))
     places = [pod_place(env) for env in injected(job)]
@@ -151,7 +155,8 @@ def test_the_command_prints_yaml_for_kubectl_with_the_run_options_verbatim(capsy
     (["k8s", "torch-ddp", "--nodes", "2", "--image", "i", "--stepz", "1"],
      "k8s: unrecognized arguments: --stepz"),
     (["k8s", "torch-single", "--nodes", "2", "--image", "i"],
-     "parbench k8s: torch-single has no Kubernetes training operator job here"),
+     "parbench k8s: torch-single has no Kubernetes training operator job; multi-node "
+     "backends: torch-ddp (torchrun)"),
 ])
 def test_the_command_refuses_in_one_line_and_prints_nothing(argv, line):
     done = parbench(*argv)

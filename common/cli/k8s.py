@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse
 
 from parbench.base.errors import UsageError
-from parbench.launch.k8s import KINDS, Pods, manifest_yaml
+from parbench.launch.k8s import Pods, manifest_yaml
+from parbench.run.registry import FRAMEWORKS
 
 from .engine import check_run_options, split_options, wants_help
 
 
 def _add_k8s_options(parser: argparse.ArgumentParser) -> None:
+    ports = ", ".join(f"{framework.operator.kind} {framework.operator.port}"
+                      for framework in FRAMEWORKS.values() if framework.operator)
     add = parser.add_argument
     add("--nodes", type=int, metavar="N", help="pods to run on, one per node (required)")
     add("--image", help="the container image with parbench and the backend's framework "
@@ -24,8 +27,7 @@ def _add_k8s_options(parser: argparse.ArgumentParser) -> None:
     add("--pvc", metavar="CLAIM", help="a PersistentVolumeClaim mounted in every pod; --out "
         "defaults to it (ReadWriteMany for checkpoints, which every pod writes)")
     add("--master-port", type=int, metavar="PORT",
-        help="the rendezvous port on pod 0 (the operator's default: "
-        f"{', '.join(f'{kind.kind} {kind.port}' for kind in KINDS.values())})")
+        help=f"the rendezvous port on pod 0 (the operator's default: {ports})")
     add("--job-name", help="the job's name (parbench-BACKEND)")
     add("--namespace", help="the job's namespace (kubectl's current one)")
 
@@ -35,7 +37,7 @@ def add_k8s_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     k8s = sub.add_parser("k8s", help="print a Kubeflow training operator job that runs a "
                          "backend on N pods")
     _add_k8s_options(k8s)
-    k8s.add_argument("backend", help=f"one of {', '.join(KINDS)}")
+    k8s.add_argument("backend", help="a multi-node backend; see 'parbench list'")
     k8s.add_argument("run_args", nargs=argparse.REMAINDER, metavar="RUN_OPTION",
                      help="options of 'parbench run', passed on verbatim to every pod")
     k8s.set_defaults(func=cmd_k8s, k8s_help=k8s.format_help)

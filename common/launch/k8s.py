@@ -27,33 +27,13 @@ import shlex
 from dataclasses import dataclass
 
 from parbench.base.errors import UsageError
+from parbench.run.registry import BACKENDS, LAUNCHERS, Operator, spanning_backends
 
 SET_BY_MANIFEST = ("--nnodes", "--node-rank", "--master", "--from-slurm", "--from-env",
                    "--master-port")
 RESULTS_MOUNT = "/parbench-results"
 SDK_MISSING = ("parbench k8s builds the manifest with Kubeflow's training SDK, which is not "
                "installed: pip install 'parbench[k8s]' (kubeflow-training)")
-
-
-@dataclass(frozen=True)
-class JobKind:
-    """How one training operator wants its job: kind, replica map field, container, port."""
-
-    kind: str
-    replica_field: str  # the SDK spec's argument holding the replica specs
-    container: str  # the operator's default container name
-    port_name: str  # the operator's default port name: where it reads the rendezvous port
-    port: int  # the operator's default port
-    master_replica: bool = False  # PyTorchJob: MASTER_ADDR and RANK only with a Master replica
-
-
-KINDS = {
-    "torch-ddp": JobKind("PyTorchJob", "pytorch_replica_specs", "pytorch", "pytorchjob-port",
-                         23456, master_replica=True),
-    "tf-multiworker": JobKind("TFJob", "tf_replica_specs", "tensorflow", "tfjob-port", 2222),
-    "paddle-launch": JobKind("PaddleJob", "paddle_replica_specs", "paddle", "master", 36543),
-    "jax-multiprocess": JobKind("JAXJob", "jax_replica_specs", "jax", "jaxjob-port", 6666),
-}
 
 
 @dataclass(frozen=True)
@@ -104,10 +84,18 @@ def container_command(backend: str, run_args: list[str], pods: Pods) -> list[str
     return ["parbench", "run", backend, "--from-env", *devices, *out, *run_args]
 
 
-def _checked(backend: str, pods: Pods) -> JobKind:
-    if backend not in KINDS:
-        raise UsageError(f"parbench k8s: {backend} has no Kubernetes training operator job "
-                         f"here; backends: {', '.join(KINDS)}")
+def job_operator(backend: str) -> Operator:
+    """The operator whose job runs ``backend`` on several pods; UsageError when none can."""
+    found = BACKENDS.get(backend)
+    operator = found.info.operator if found else None
+    if found is None or operator is None or LAUNCHERS[found.launchers[0]].single_node:
+        raise UsageError(f"parbench k8s: {backend} has no Kubernetes training operator job; "
+                         f"multi-node backends: {spanning_backends()}")
+    return operator
+
+
+def _checked(backend: str, pods: Pods) -> Operator:
+    operator = job_operator(backend)
     if pods.nodes < 1:
         raise UsageError(f"--nodes wants 1 or more; got {pods.nodes}")
     if pods.gpus_per_node < 0:
@@ -124,19 +112,19 @@ def _checked(backend: str, pods: Pods) -> JobKind:
         _dns_label("--pvc", pods.pvc, 253)
     _quantity("--cpus", pods.cpus)
     _quantity("--memory", pods.memory)
-    return KINDS[backend]
+    return operator
 
 
 def manifest(backend: str, run_args: list[str], pods: Pods) -> dict:
     """The job as the operator's SDK builds it, serialised for the API server."""
-    kind = _checked(backend, pods)
+    operator = _checked(backend, pods)
     command = container_command(backend, run_args, pods)
     try:
         from kubeflow.training import models
         from kubernetes import client
     except ImportError:
         raise UsageError(SDK_MISSING) from None
-    template = client.V1PodTemplateSpec(spec=_pod_spec(client, kind, command, pods))
+    template = client.V1PodTemplateSpec(spec=_pod_spec(client, operator, command, pods))
 
     def replicas(count: int):
         return models.KubeflowOrgV1ReplicaSpec(replicas=count, restart_policy="Never",
@@ -144,12 +132,13 @@ def manifest(backend: str, run_args: list[str], pods: Pods) -> dict:
 
     specs = ({"Master": replicas(1), **({"Worker": replicas(pods.nodes - 1)}
                                          if pods.nodes > 1 else {})}
-             if kind.master_replica else {"Worker": replicas(pods.nodes)})
+             if operator.master_replica else {"Worker": replicas(pods.nodes)})
+    field = operator.kind.removesuffix("Job").lower() + "_replica_specs"
     policy = models.KubeflowOrgV1RunPolicy(clean_pod_policy="Running", backoff_limit=0)
-    spec = getattr(models, f"KubeflowOrgV1{kind.kind}Spec")(run_policy=policy,
-                                                             **{kind.replica_field: specs})
-    job = getattr(models, f"KubeflowOrgV1{kind.kind}")(
-        api_version="kubeflow.org/v1", kind=kind.kind,
+    spec = getattr(models, f"KubeflowOrgV1{operator.kind}Spec")(run_policy=policy,
+                                                             **{field: specs})
+    job = getattr(models, f"KubeflowOrgV1{operator.kind}")(
+        api_version="kubeflow.org/v1", kind=operator.kind,
         metadata=client.V1ObjectMeta(name=pods.name or f"parbench-{backend}",
                                      namespace=pods.namespace,
                                      labels={"app.kubernetes.io/name": "parbench"}),
@@ -157,16 +146,16 @@ def manifest(backend: str, run_args: list[str], pods: Pods) -> dict:
     return client.ApiClient().sanitize_for_serialization(job)
 
 
-def _pod_spec(client, kind: JobKind, command: list[str], pods: Pods):
-    port = pods.port or kind.port
+def _pod_spec(client, operator: Operator, command: list[str], pods: Pods):
+    port = pods.port or operator.port
     limits = {"nvidia.com/gpu": str(pods.gpus_per_node)} if pods.gpus_per_node else {}
     requests = {key: value for key, value in (("cpu", pods.cpus), ("memory", pods.memory))
                 if value is not None}
     mounts = [client.V1VolumeMount(name="results", mount_path=RESULTS_MOUNT)] if pods.pvc \
         else None
     container = client.V1Container(
-        name=kind.container, image=pods.image, command=command,
-        ports=[client.V1ContainerPort(name=kind.port_name, container_port=port),
+        name=operator.container, image=pods.image, command=command,
+        ports=[client.V1ContainerPort(name=operator.port_name, container_port=port),
                client.V1ContainerPort(name="checkin", container_port=port + 1)],
         resources=client.V1ResourceRequirements(limits=limits or None,
                                                 requests=requests or None),

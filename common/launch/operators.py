@@ -126,7 +126,7 @@ def _paddlejob(env: Mapping[str, str]) -> PodPlace:
     server = [name for name in ("PADDLE_SERVER_NUM", "PADDLE_TRAINER_NUM") if _value(env, name)]
     if server:
         raise UsageError(f"--from-env: {server[0]} is set: a PaddleJob with a Master replica "
-                         "runs Paddle's parameter-server mode; parbench trains collectively "
+                         "runs in parameter-server mode; parbench trains collectively "
                          "(a PaddleJob of workers only)")
     job = _value(env, "PADDLE_JOB_ID")
     pod = _value(env, "HOSTNAME")

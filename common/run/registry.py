@@ -70,6 +70,20 @@ class Backend:
 
 
 @dataclass(frozen=True)
+class Operator:
+    """The Kubeflow training operator job that runs a framework's multi-node backends on
+    Kubernetes (parbench.launch.k8s): the operator injects each pod's place into the container
+    of this name and reads the rendezvous port from its port of this name
+    (kubeflow/training-operator, pkg/apis/kubeflow.org/v1/<framework>_types.go)."""
+
+    kind: str  # PyTorchJob, ...; its SDK spec's replica field is <kind less "Job">_replica_specs
+    container: str  # the operator's default container name
+    port_name: str  # the operator's default port name
+    port: int  # the operator's default port
+    master_replica: bool = False  # PyTorchJob: MASTER_ADDR and RANK only with a Master replica
+
+
+@dataclass(frozen=True)
 class Framework:
     name: str  # the record's "framework" and its folder under frameworks/
     imports: tuple[str, ...]  # installed means every one of these is importable
@@ -89,6 +103,7 @@ class Framework:
     # fastest, which would reward the luckiest of several runs within noise of each other.
     # None: it declares none, so it is in no headline line of several devices.
     representative: str | None = None
+    operator: Operator | None = None  # its Kubernetes training operator's job (parbench k8s)
 
     def __post_init__(self) -> None:
         names = {b.name: b for b in self.backends}
@@ -287,7 +302,9 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         gpu_only={"sync_bn": "nn.SyncBatchNorm needs CUDA (it raises ValueError on CPU)"},
         profile_note="under DDP communication overlaps backward (it is inside it, not added)",
         # DistributedDataParallel: what PyTorch's docs recommend over DataParallel
-        representative="torch-ddp"),
+        representative="torch-ddp",
+        operator=Operator("PyTorchJob", "pytorch", "pytorchjob-port", 23456,
+                          master_replica=True)),
     Framework("tensorflow", ("tensorflow",), "tensorflow", (
         Backend("tf-single", "tensorflow", "single", f"{_TF}.single", ("python",),
                 parallel=False, checkpoint=TF_CHECKPOINT),
@@ -324,7 +341,8 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         "training loop uses it",
         companions=("keras",),
         # tf.distribute's strategy for the devices of one machine, in a custom loop
-        representative="tf-mirrored"),
+        representative="tf-mirrored",
+        operator=Operator("TFJob", "tensorflow", "tfjob-port", 2222)),
     Framework("paddle", ("paddle",), "paddle", (
         Backend("paddle-single", "paddle", "single", f"{_PD}.single", ("python",),
                 parallel=False, checkpoint=PADDLE_SAVE),
@@ -345,7 +363,8 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
         profile_note="communication is a separately timed all-reduce of the gradients' size "
         "(the real one is inside backward)",
         # paddle.distributed.launch: the launcher Paddle's data-parallel guide starts with
-        representative="paddle-launch"),
+        representative="paddle-launch",
+        operator=Operator("PaddleJob", "paddle", "master", 36543)),
     Framework("jax", ("jax", "flax", "optax"), "jax", (
         Backend("jax-single", "jax", "single (jit)", f"{_JX}.single", ("python",),
                 parallel=False, profile_refusal=JAX_PROFILE, checkpoint=JAX_ORBAX),
@@ -375,7 +394,8 @@ FRAMEWORKS: dict[str, Framework] = {framework.name: framework for framework in (
                   "every layer, float32 parameters) has float32's range and needs none"},
         companions=("jaxlib", "flax", "optax"),
         # jit with shardings: what JAX's docs now teach for data parallelism (not pmap)
-        representative="jax-sharded"),
+        representative="jax-sharded",
+        operator=Operator("JAXJob", "jax", "jaxjob-port", 6666)),
 )}
 
 BACKENDS: dict[str, Backend] = {b.name: b for f in FRAMEWORKS.values() for b in f.backends}
