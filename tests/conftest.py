@@ -4,6 +4,7 @@ segfault when imported into one process)."""
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import hashlib
 import json
@@ -95,6 +96,15 @@ def default_threads(processes: int) -> int:
     """The threads per worker a run gets without --threads: the cores this process may use
     (its affinity, not the machine's core count) shared among the run's processes."""
     return max(1, len(os.sched_getaffinity(0)) // processes)
+
+
+def sub_command_output(add_parser: Callable, argv: list[str], capsys) -> str:
+    """What the sub-command that ``add_parser`` adds prints for ``argv``; it must succeed."""
+    parser = argparse.ArgumentParser(prog="parbench")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    return capsys.readouterr().out
 
 
 def records_in(folder: Path) -> list[dict]:

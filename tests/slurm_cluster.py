@@ -51,7 +51,7 @@ def slurm_conf(folder: Path) -> str:
              "State=UNKNOWN" for i, (name, addr) in enumerate(NODES.items())]
     return "\n".join([
         # slurmctld runs only where SlurmctldHost names this host
-        "ClusterName=parbench-tests", f"SlurmctldHost={socket.gethostname()}({NODES['node1']})",
+        "ClusterName=parbench-tests", f"SlurmctldHost={socket.gethostname().split('.')[0]}({NODES['node1']})",
         *(f"{key}={value}" for key, value in ports.items()),
         "SlurmUser=root", "SlurmdUser=root",
         "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={folder}/munge.socket",

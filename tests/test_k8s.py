@@ -6,7 +6,6 @@ nodes 0..N-1 of one run, meeting at one master."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shlex
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import parbench
+from conftest import parbench, sub_command_output
 from parbench.base.errors import UsageError
 from parbench.cli.k8s import add_k8s_parser
 from parbench.launch.k8s import Pods, job_operator, manifest
@@ -132,11 +131,7 @@ def test_refusals_are_one_line(pods, run_args, fragment):
 
 
 def k8s_cli(argv: list[str], capsys) -> str:
-    parser = argparse.ArgumentParser(prog="parbench")
-    add_k8s_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    assert args.func(args) == 0
-    return capsys.readouterr().out
+    return sub_command_output(add_k8s_parser, argv, capsys)
 
 
 def test_the_command_prints_yaml_for_kubectl_with_the_run_options_verbatim(capsys):

@@ -4,7 +4,6 @@ sub-command with the run options of 'parbench run'; no framework is needed."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import stat
@@ -12,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import needs_scontrol
+from conftest import needs_scontrol, sub_command_output
 from parbench.base.errors import UsageError
 from parbench.cli.slurm import add_slurm_parser
 from parbench.launch.slurm import SET_BY_SCRIPT, SlurmNode, sbatch_script, slurm_node
@@ -184,11 +183,7 @@ def test_options_the_script_sets_are_refused_in_the_run_options(option):
 
 
 def slurm_cli(argv: list[str], capsys) -> str:
-    parser = argparse.ArgumentParser(prog="parbench")
-    add_slurm_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    assert args.func(args) == 0
-    return capsys.readouterr().out
+    return sub_command_output(add_slurm_parser, argv, capsys)
 
 
 def test_the_sub_command_forwards_the_run_options_verbatim(capsys):

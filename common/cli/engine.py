@@ -36,6 +36,20 @@ class _Parser(OneLineParser):
         raise UsageError(f"{self.command}: {message}")
 
 
+def add_engine_parser(sub: argparse._SubParsersAction, command: str, summary: str,
+                      add_own: Callable[[argparse.ArgumentParser], None],
+                      run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """The sub-command ``command``: its own options, the backend, then the run options in any
+    order (the REMAINDER that split_options takes apart)."""
+    parser = sub.add_parser(command, help=summary)
+    add_own(parser)
+    parser.add_argument("backend", help="see 'parbench list'")
+    parser.add_argument("run_args", nargs=argparse.REMAINDER, metavar="RUN_OPTION",
+                        help="options of 'parbench run', passed on verbatim to every node")
+    parser.set_defaults(func=run, engine_help=parser.format_help)
+    return parser
+
+
 def split_options(args: argparse.Namespace, command: str,
                   add_own: Callable[[argparse.ArgumentParser], None]
                   ) -> tuple[argparse.Namespace, list[str]]:
@@ -61,5 +75,10 @@ def check_run_options(run_args: list[str], command: str) -> None:
     check.parse_args(run_args)
 
 
-def wants_help(args: argparse.Namespace) -> bool:
-    return "-h" in args.run_args or "--help" in args.run_args
+def printed_help(args: argparse.Namespace) -> bool:
+    """--help after the backend is the sub-command's help (argparse's REMAINDER took it):
+    print it, and say so."""
+    if "-h" in args.run_args or "--help" in args.run_args:
+        print(args.engine_help(), end="")
+        return True
+    return False

@@ -10,7 +10,7 @@ from parbench.base.errors import UsageError
 from parbench.launch.k8s import Pods, manifest_yaml
 from parbench.run.registry import FRAMEWORKS
 
-from .engine import check_run_options, split_options, wants_help
+from .engine import add_engine_parser, check_run_options, printed_help, split_options
 
 
 def _add_k8s_options(parser: argparse.ArgumentParser) -> None:
@@ -33,21 +33,13 @@ def _add_k8s_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_k8s_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """The ``k8s`` sub-command: its options and the run options in any order."""
-    k8s = sub.add_parser("k8s", help="print a Kubeflow training operator job that runs a "
-                         "backend on N pods")
-    _add_k8s_options(k8s)
-    k8s.add_argument("backend", help="a multi-node backend; see 'parbench list'")
-    k8s.add_argument("run_args", nargs=argparse.REMAINDER, metavar="RUN_OPTION",
-                     help="options of 'parbench run', passed on verbatim to every pod")
-    k8s.set_defaults(func=cmd_k8s, k8s_help=k8s.format_help)
-    return k8s
+    return add_engine_parser(sub, "k8s", "print a Kubeflow training operator job that runs a "
+                             "backend on N pods", _add_k8s_options, cmd_k8s)
 
 
 def cmd_k8s(args: argparse.Namespace) -> int:
     """Print the manifest for ``parbench k8s BACKEND [options]``."""
-    if wants_help(args):
-        print(args.k8s_help(), end="")
+    if printed_help(args):
         return 0
     opts, run_args = split_options(args, "k8s", _add_k8s_options)
     if opts.image is None:

@@ -8,7 +8,7 @@ import argparse
 
 from parbench.launch.slurm import DEFAULT_MASTER_PORT, sbatch_script
 
-from .engine import check_run_options, split_options, wants_help
+from .engine import add_engine_parser, check_run_options, printed_help, split_options
 
 
 def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
@@ -24,20 +24,13 @@ def _add_slurm_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_slurm_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """The ``slurm`` sub-command: its options and the run options in any order."""
-    slurm = sub.add_parser("slurm", help="print an sbatch script that runs a backend on N nodes")
-    _add_slurm_options(slurm)
-    slurm.add_argument("backend", help="see 'parbench list'")
-    slurm.add_argument("run_args", nargs=argparse.REMAINDER, metavar="RUN_OPTION",
-                       help="options of 'parbench run', passed on verbatim to every node")
-    slurm.set_defaults(func=cmd_slurm, slurm_help=slurm.format_help)
-    return slurm
+    return add_engine_parser(sub, "slurm", "print an sbatch script that runs a backend on N "
+                             "nodes", _add_slurm_options, cmd_slurm)
 
 
 def cmd_slurm(args: argparse.Namespace) -> int:
     """Print the sbatch script for ``parbench slurm BACKEND [options]``."""
-    if wants_help(args):
-        print(args.slurm_help(), end="")
+    if printed_help(args):
         return 0
     opts, run_args = split_options(args, "slurm", _add_slurm_options)
     script = sbatch_script(args.backend, run_args, opts.nodes, opts.gpus_per_node,
