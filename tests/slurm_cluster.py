@@ -46,12 +46,13 @@ def unavailable() -> str | None:
 
 
 def slurm_conf(folder: Path) -> str:
+    host = socket.gethostname().split(".")[0]
     ports = {"SlurmctldPort": 6817, "SlurmdPort": 6818}  # free: the namespace is empty
     nodes = [f"NodeName={name} NodeAddr={addr} NodeHostname={name} Port={6821 + i} CPUs=2 "
              "State=UNKNOWN" for i, (name, addr) in enumerate(NODES.items())]
     return "\n".join([
-        # slurmctld runs only where SlurmctldHost names this host
-        "ClusterName=parbench-tests", f"SlurmctldHost={socket.gethostname().split('.')[0]}({NODES['node1']})",
+        # slurmctld runs only where SlurmctldHost names this host (its short name)
+        "ClusterName=parbench-tests", f"SlurmctldHost={host}({NODES['node1']})",
         *(f"{key}={value}" for key, value in ports.items()),
         "SlurmUser=root", "SlurmdUser=root",
         "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={folder}/munge.socket",
