@@ -102,7 +102,7 @@ def test_the_operators_variables_place_the_pods_as_nodes_of_one_run(backend):
 
 def test_gpus_claim_pods_and_set_their_devices():
     job = manifest("torch-ddp", RUN_ARGS, Pods(nodes=2, image="img", gpus_per_node=8,
-                                               cpus="32", memory="200Gi", pvc="runs"))
+                                               cpus="32", memory="200Gi", pvc="team.runs"))
     (_, master, spec), _ = containers(job).values()
     assert master["resources"] == {"limits": {"nvidia.com/gpu": "8"},
                                    "requests": {"cpu": "32", "memory": "200Gi"}}
@@ -110,7 +110,7 @@ def test_gpus_claim_pods_and_set_their_devices():
                                       "/parbench-results"]
     assert master["volumeMounts"] == [{"mountPath": "/parbench-results", "name": "results"}]
     assert spec["template"]["spec"]["volumes"] == [
-        {"name": "results", "persistentVolumeClaim": {"claimName": "runs"}}]
+        {"name": "results", "persistentVolumeClaim": {"claimName": "team.runs"}}]
 
 
 @pytest.mark.parametrize("pods,run_args,fragment", [
@@ -121,6 +121,9 @@ def test_gpus_claim_pods_and_set_their_devices():
     (Pods(nodes=2, image="my image"), [], "--image 'my image': wants an image reference"),
     (Pods(nodes=2, image="img", name="Bench_1"), [], "--job-name 'Bench_1': wants lower-case"),
     (Pods(nodes=2, image="img", name="a" * 51), [], "at most 50 characters"),
+    (Pods(nodes=2, image="img", name="runs.a"), [], "digits and '-', starting"),
+    (Pods(nodes=2, image="img", pvc="Runs"), [], "--pvc 'Runs': wants lower-case letters, "
+     "digits and '-' and '.'"),
     (Pods(nodes=2, image="img", cpus="four"), [], "--cpus 'four': wants a Kubernetes quantity"),
     (Pods(nodes=2, image="img", port=65535), [], "--master-port wants a port in 1..65534"),
 ])

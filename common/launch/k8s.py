@@ -55,10 +55,14 @@ def _given(run_args: list[str], option: str) -> bool:
     return any(arg == option or arg.startswith(option + "=") for arg in run_args)
 
 
-def _dns_label(option: str, value: str, longest: int) -> str:
-    # pods are named <job>-<replica type>-<index>: a DNS-1123 label of at most 63 characters
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", value) or len(value) > longest:
-        raise UsageError(f"{option} {value!r}: wants lower-case letters, digits and '-', "
+def _dns_name(option: str, value: str, longest: int, dots: bool = False) -> str:
+    """A DNS-1123 label (a job: its pods are <job>-<replica type>-<index>, 63 characters at
+    most; a namespace), or with ``dots`` a subdomain (a claim)."""
+    label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    if not re.fullmatch(rf"{label}(\.{label})*" if dots else label, value) \
+            or len(value) > longest:
+        allowed = "'-' and '.'" if dots else "'-'"
+        raise UsageError(f"{option} {value!r}: wants lower-case letters, digits and {allowed}, "
                          f"starting and ending alphanumeric, at most {longest} characters")
     return value
 
@@ -105,11 +109,11 @@ def _checked(backend: str, pods: Pods) -> Operator:
                          f"PORT+1); got {pods.port}")
     if not pods.image.strip() or any(c.isspace() for c in pods.image):
         raise UsageError(f"--image {pods.image!r}: wants an image reference without spaces")
-    _dns_label("--job-name", pods.name or f"parbench-{backend}", 50)
+    _dns_name("--job-name", pods.name or f"parbench-{backend}", 50)
     if pods.namespace is not None:
-        _dns_label("--namespace", pods.namespace, 63)
+        _dns_name("--namespace", pods.namespace, 63)
     if pods.pvc is not None:
-        _dns_label("--pvc", pods.pvc, 253)
+        _dns_name("--pvc", pods.pvc, 253, dots=True)
     _quantity("--cpus", pods.cpus)
     _quantity("--memory", pods.memory)
     return operator
