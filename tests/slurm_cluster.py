@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ NODES = {"node1": "10.217.0.1", "node2": "10.217.0.2"}
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scancel", "squeue", "sinfo", "srun")
 KILL_WAIT_S = 10  # scancel's SIGTERM, then SIGKILL this much later: time for a checkpoint
 READY_TIMEOUT_S = 60
+WAITING = ("None", "Priority", "Resources")  # why a job may pend here before it starts
 
 
 def unavailable() -> str | None:
@@ -120,6 +122,9 @@ class Cluster:
             state = self.job(job)
             if state["JobState"] not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
                 return state
+            if state["JobState"] == "PENDING" and state.get("Reason") not in WAITING:
+                raise RuntimeError(f"job {job} cannot start: {state.get('Reason')} "
+                                   f"(see {self.folder}/slurmctld.log)")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job} still {state['JobState']} after {timeout} s")
             time.sleep(0.2)
@@ -128,6 +133,11 @@ class Cluster:
         shown = self.run("scontrol", "--oneliner", "show", "job", job, cwd=self.folder)
         assert shown.returncode == 0, shown.stderr
         return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
+
+    def node_states(self) -> list[str]:
+        """Each node's state as sinfo gives it (idle, allocated, drained, ...)."""
+        shown = self.run("sinfo", "--noheader", "--Node", "--format=%T", cwd=self.folder)
+        return shown.stdout.split()
 
     def job_processes(self) -> list[tuple[int, str]]:
         """(pid, command line) of every process in the cluster's network namespace that is
@@ -208,7 +218,30 @@ def _wait_until_idle(procs: list[subprocess.Popen]) -> str | None:
     return f"the nodes were not idle within {READY_TIMEOUT_S} s"
 
 
+def _reap_orphans_until_stdin_closes(daemons: set[int]) -> None:
+    """As the cluster's subreaper, reap every orphan its jobs leave (a batch script's srun
+    helper whose parent ended first). Unreaped, a zombie keeps its process group alive;
+    slurmstepd, which tracks a job by process group here, then fails to end the job ("Unable to
+    destroy container ... in pgid plugin") and drains the node, and every later job waits for
+    ever. Seen when the orphan climbed to the tests' own process, itself a subreaper after an
+    in-process run (parbench.launch.lifetime), which never reaps it."""
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    while not closed.wait(0.2):
+        while True:
+            try:
+                ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                break
+            if ended is None or ended.si_pid in daemons:
+                break  # a daemon's end is its Popen's to collect (the cluster is broken)
+            os.waitpid(ended.si_pid, 0)
+
+
 def supervise(folder: Path) -> None:
+    from parbench.launch.lifetime import become_subreaper
+
+    become_subreaper()
     _prepare(folder)
     procs = []
     try:
@@ -220,7 +253,7 @@ def supervise(folder: Path) -> None:
         problem = _wait_until_idle(procs)
         print(problem or "ready", flush=True)
         if problem is None:
-            sys.stdin.read()  # until the tests close it (or end)
+            _reap_orphans_until_stdin_closes({proc.pid for proc in procs})
     finally:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)

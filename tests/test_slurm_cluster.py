@@ -57,10 +57,14 @@ def wait_for(path: Path, timeout: float = 120) -> None:
 
 
 def assert_nothing_left(cluster: Cluster) -> None:
+    """No process of the job on either node, and both nodes idle again: a process Slurm could
+    not end would have drained its node."""
     deadline = time.monotonic() + ENDED_WITHIN_S
-    while cluster.job_processes() and time.monotonic() < deadline:
+    while (cluster.job_processes() or set(cluster.node_states()) != {"idle"}) \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
     assert cluster.job_processes() == [], f"still running {ENDED_WITHIN_S} s after the job"
+    assert set(cluster.node_states()) == {"idle"}, cluster.node_states()
 
 
 def assert_nothing_half_written(folder: Path) -> None:
