@@ -29,6 +29,7 @@ from pathlib import Path
 
 NODES = {"node1": "10.217.0.1", "node2": "10.217.0.2"}
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scancel", "squeue", "sinfo", "srun")
+DAEMON_NAMES = ("munged", "slurmctld", "slurmscriptd", "slurmd", "unshare")
 KILL_WAIT_S = 10  # scancel's SIGTERM, then SIGKILL this much later: time for a checkpoint
 READY_TIMEOUT_S = 60
 WAITING = ("None", "Priority", "Resources")  # why a job may pend here before it starts
@@ -143,10 +144,14 @@ class Cluster:
         """(pid, command line) of every process in the cluster's network namespace that is
         not the cluster itself: what a job left behind, on any node."""
         import psutil
-        own = {self.supervisor.pid, *(p.pid for p in psutil.Process(
-            self.supervisor.pid).children(recursive=True)
-            if p.name() in ("munged", "slurmctld", "slurmscriptd", "slurmd", "unshare")),
-            *(p.pid for p in psutil.Process(self.supervisor.pid).parents())}
+        own = {self.supervisor.pid, *(p.pid for p in psutil.Process(self.supervisor.pid)
+                                      .parents())}
+        for proc in psutil.Process(self.supervisor.pid).children(recursive=True):
+            try:  # the supervisor reaps orphans: a child may end between the two calls
+                if proc.name() in DAEMON_NAMES:
+                    own.add(proc.pid)
+            except psutil.NoSuchProcess:
+                pass
         namespace = os.readlink(f"/proc/{self.supervisor.pid}/ns/net")
         found = []
         for proc in psutil.process_iter(["pid", "cmdline"]):
